@@ -1,0 +1,225 @@
+"""Public API: ``coreml_jit`` with JAX's conventions (``jit(f).lower(*args).compile()``)."""
+from __future__ import annotations
+
+import inspect
+import tempfile
+from collections import Counter
+from typing import Any, Callable, Dict, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from .coreml.lower import IOSpec, lower_graph
+from .coreml.package import save_mlpackage
+from .coreml.targets import get_target
+from .coreml.validate import validate_model
+from .errors import ArgumentError
+from .frontend import Traced, arg_names, trace
+from .ir import Graph, TensorType, dtype_from_numpy
+from .runtime import make_backend, resolve_backend
+
+
+def _canonical(x) -> np.ndarray:
+    """A call argument as the array JAX would see (python scalars weakly typed, 64-bit
+    types narrowed unless x64 mode is on, in which case the dtype check rejects them)."""
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        dt = {bool: np.bool_, int: np.int32, float: np.float32}[type(x)]
+        return np.asarray(x, dtype=dt)
+    arr = np.asarray(x)
+    return arr.astype(jax.dtypes.canonicalize_dtype(arr.dtype), copy=False)
+
+
+def _leaf_type(x) -> TensorType:
+    arr = _canonical(x)
+    return TensorType(arr.shape, dtype_from_numpy(arr.dtype))
+
+
+class Compiled:
+    """An ML Program ready to run and to save."""
+
+    def __init__(self, traced: Traced, model, weights_dir, in_specs, out_specs, backend,
+                 in_leaf_names, keep_alive):
+        self._traced = traced
+        self.spec = model
+        self._weights_dir = weights_dir
+        self.input_specs: Tuple[IOSpec, ...] = tuple(in_specs)
+        self.output_specs: Tuple[IOSpec, ...] = tuple(out_specs)
+        self._backend_name = backend
+        self._backend = None
+        self._keep_alive = keep_alive  # owns the temporary weights folder
+
+    # -- running -------------------------------------------------------------------
+    def _check_args(self, leaves, treedef) -> None:
+        if treedef != self._traced.in_tree:
+            raise ArgumentError(
+                f"arguments have structure {treedef}, but the program was compiled for "
+                f"{self._traced.in_tree}")
+        for spec, leaf in zip(self.input_specs, leaves):
+            arr = _canonical(leaf)
+            if tuple(arr.shape) != spec.shape or arr.dtype.name != spec.dtype:
+                raise ArgumentError(
+                    f"argument '{spec.name}' is {arr.dtype.name}{list(arr.shape)}, but the program "
+                    f"was compiled for {spec.dtype}{list(spec.shape)}; pass that shape and dtype, "
+                    "or call the coreml_jit function itself (it compiles once per signature)")
+
+    def __call__(self, *args):
+        leaves, treedef = jax.tree_util.tree_flatten(tuple(args))
+        self._check_args(leaves, treedef)
+        if self._backend is None:
+            self._backend = make_backend(self._backend_name, self.spec, self._weights_dir)
+        feeds = {}
+        for spec, leaf in zip(self.input_specs, leaves):
+            feeds[spec.mil_name] = np.asarray(_canonical(leaf), dtype=spec.io_dtype).reshape(
+                spec.io_shape)
+        res = self._backend.run(feeds)
+        outs = [np.asarray(res[s.mil_name]).reshape(s.shape).astype(s.dtype, copy=False)
+                for s in self.output_specs]
+        return jax.tree_util.tree_unflatten(self._traced.out_tree, outs)
+
+    # -- inspecting ----------------------------------------------------------------
+    @property
+    def graph(self) -> Graph:
+        return self._traced.graph
+
+    def save(self, path) -> str:
+        """Write the ``.mlpackage`` atomically; returns its absolute path."""
+        return save_mlpackage(self.spec, self._weights_dir, path)
+
+    def validate(self):
+        """Load the program back through coremltools' milproto frontend (type inference,
+        const checks, declared output types). Returns coremltools' pymil Program."""
+        return validate_model(self.spec, self._weights_dir)
+
+    def mil_ops(self):
+        block = next(iter(self.spec.mlProgram.functions["main"].block_specializations.values()))
+        return list(block.operations)
+
+    def op_histogram(self, include_const: bool = False) -> Dict[str, int]:
+        c = Counter(op.type for op in self.mil_ops() if include_const or op.type != "const")
+        return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def cost_analysis(self) -> Dict[str, int]:
+        ops = self.mil_ops()
+        return {"mil_ops": sum(op.type != "const" for op in ops),
+                "mil_consts": sum(op.type == "const" for op in ops),
+                "rlx_nodes": len(self.graph.nodes)}
+
+    def as_text(self) -> str:
+        """The MIL program as text (via coremltools' loader)."""
+        return str(self.validate())
+
+
+class Lowered:
+    """A traced function as an RLX graph, not yet lowered to Core ML."""
+
+    def __init__(self, traced: Traced, target: str, precision: str, backend: str):
+        self._traced = traced
+        self.target = get_target(target)
+        self.precision = precision
+        self.backend = backend
+
+    @property
+    def graph(self) -> Graph:
+        return self._traced.graph
+
+    def as_text(self) -> str:
+        return str(self.graph)
+
+    def compile(self) -> Compiled:
+        tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
+        model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name)
+        return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, None, tmp)
+
+
+class CoreMLFunction:
+    """What ``coreml_jit`` returns: call it like the JAX function, or ``.lower(*args)``."""
+
+    def __init__(self, fun: Callable, static_argnums: Sequence[int], target: str,
+                 precision: str, backend):
+        self.fun = fun
+        self.static_argnums = tuple(sorted({int(i) for i in (
+            static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))}))
+        get_target(target)  # fail early on an unknown target
+        if precision not in ("fp32", "fp16"):
+            raise ArgumentError(f"precision must be 'fp32' or 'fp16', got {precision!r}")
+        self.target = target
+        self.precision = precision
+        self.backend = resolve_backend(backend)
+        self._cache: Dict[Any, Compiled] = {}
+        self.__wrapped__ = fun
+        self.__name__ = getattr(fun, "__name__", "coreml_fn")
+        self.__doc__ = getattr(fun, "__doc__", None)
+
+    def _split(self, args):
+        n = len(args)
+        for i in self.static_argnums:
+            if i >= n:
+                raise ArgumentError(f"static_argnums contains {i} but only {n} arguments given")
+        static = {i: args[i] for i in self.static_argnums}
+        dyn = [a for i, a in enumerate(args) if i not in static]
+        return static, dyn
+
+    def _names(self, n_args):
+        names = arg_names(self.fun, n_args)
+        return [nm for i, nm in enumerate(names) if i not in self.static_argnums]
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        if kwargs:
+            raise ArgumentError("coreml_jit functions take positional arguments only; got "
+                                f"keyword(s) {sorted(kwargs)}")
+        static, dyn = self._split(args)
+
+        def positional(*dyn_args):
+            it = iter(dyn_args)
+            full = [static[i] if i in static else next(it) for i in range(len(args))]
+            return self.fun(*full)
+
+        positional.__name__ = self.__name__
+        specs = jax.tree_util.tree_map(
+            lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
+            else x, list(dyn))
+        traced = trace(positional, specs, self._names(len(args)))
+        return Lowered(traced, self.target, self.precision, self.backend)
+
+    def _key(self, args):
+        static, dyn = self._split(args)
+        leaves, treedef = jax.tree_util.tree_flatten(dyn)
+        sig = tuple((tuple(np.shape(x)), _canonical(x).dtype.name) for x in leaves)
+        try:
+            hash(tuple(static.items()))
+        except TypeError:
+            raise ArgumentError("static arguments must be hashable") from None
+        return (tuple(static.items()), treedef, sig)
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise ArgumentError("coreml_jit functions take positional arguments only; got "
+                                f"keyword(s) {sorted(kwargs)}")
+        key = self._key(args)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._cache[key] = self.lower(*args).compile()
+        _, dyn = self._split(args)
+        return compiled(*dyn)
+
+
+def _struct(x):
+    arr_type = _leaf_type(x)
+    return tuple(arr_type.shape), arr_type.dtype.np
+
+
+def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = "iOS17",
+               precision: str = "fp32", backend: str | None = None):
+    """Compile ``fun`` into a Core ML ML Program, like ``jax.jit``.
+
+    Returns a callable that compiles once per input signature and runs on ``backend``
+    ("coreml" on macOS, "reference" elsewhere by default); outputs come back as numpy arrays
+    in the pytree structure JAX returns. ``.lower(*args)`` gives the RLX graph
+    (``Lowered``), ``.lower(*args).compile()`` the ML Program (``Compiled``).
+    """
+    if fun is None:
+        return lambda f: coreml_jit(f, static_argnums=static_argnums, target=target,
+                                    precision=precision, backend=backend)
+    if not callable(fun):
+        raise ArgumentError(f"coreml_jit expects a callable, got {type(fun).__name__}")
+    return CoreMLFunction(fun, static_argnums, target, precision, backend)

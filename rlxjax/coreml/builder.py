@@ -1,0 +1,207 @@
+"""A small builder of MIL operations that serialises straight to coremltools' protobuf.
+
+Ops are kept as plain Python records while lowering (so a var can be renamed to a graph
+output's name once the lowering knows it) and turned into ``MIL_pb2.Operation`` at the end.
+Constants with ten or more elements go to the weight blob, as coremltools does.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+from coremltools.converters.mil.backend.mil import helper as ct_helper
+from coremltools.proto import MIL_pb2
+
+from ..ir import DType, TensorType
+
+BLOB_MIN_ELEMENTS = 10
+WEIGHT_FILE = "weight.bin"
+
+_PROTO_DTYPE = {
+    DType.f32: MIL_pb2.FLOAT32,
+    DType.f16: MIL_pb2.FLOAT16,
+    DType.i32: MIL_pb2.INT32,
+    DType.bool: MIL_pb2.BOOL,
+    DType.i8: MIL_pb2.INT8,
+    DType.u8: MIL_pb2.UINT8,
+}
+_MIL_CAST_NAME = {DType.f32: "fp32", DType.f16: "fp16", DType.i32: "int32", DType.bool: "bool"}
+
+
+def value_type(t: TensorType) -> MIL_pb2.ValueType:
+    return ct_helper.create_valuetype_tensor(list(t.shape), _PROTO_DTYPE[t.dtype])
+
+
+def cast_name(d: DType) -> str:
+    return _MIL_CAST_NAME[d]
+
+
+class Var:
+    """A MIL value during lowering: its name and type."""
+
+    __slots__ = ("name", "type", "producer")
+
+    def __init__(self, name: str, type: TensorType, producer: Optional["_Op"]):
+        self.name = name
+        self.type = type
+        self.producer = producer
+
+    @property
+    def shape(self):
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+    def __repr__(self):
+        return f"{self.name}:{self.type}"
+
+
+class _Op:
+    __slots__ = ("type", "inputs", "outputs", "attrs")
+
+    def __init__(self, type, inputs, outputs, attrs):
+        self.type = type
+        self.inputs = inputs    # name -> Var | list[Var]
+        self.outputs = outputs  # list[Var]
+        self.attrs = attrs      # extra attributes (const "val")
+
+
+Operand = Union[Var, Sequence[Var], np.ndarray, bool, int, float, str]
+
+
+class MilBuilder:
+    def __init__(self, blob_writer_factory):
+        self.ops: List[_Op] = []
+        self._counter = itertools.count()
+        self._used_names: set = set()
+        self._const_cache: Dict[tuple, Var] = {}
+        self._blob_writer_factory = blob_writer_factory
+        self._blob = None
+
+    # -- names ---------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        while True:
+            name = f"{hint}_{next(self._counter)}"
+            if name not in self._used_names:
+                self._used_names.add(name)
+                return name
+
+    def reserve(self, name: str) -> None:
+        if name in self._used_names:
+            raise ValueError(f"MIL name {name!r} used twice")
+        self._used_names.add(name)
+
+    def rename(self, var: Var, name: str) -> None:
+        """Give an op-produced var its final (graph output) name."""
+        self.reserve(name)
+        self._used_names.discard(var.name)
+        var.name = name
+
+    # -- constants -----------------------------------------------------------------
+    def const(self, value, dtype: Optional[DType] = None) -> Var:
+        arr = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype.np)
+        if arr.dtype.kind == "U":
+            key = ("str", str(arr))
+        else:
+            key = (arr.dtype.str, arr.shape, arr.tobytes())
+        hit = self._const_cache.get(key)
+        if hit is not None:
+            return hit
+        if arr.dtype.kind == "U":
+            val = ct_helper.create_scalar_value(str(arr))
+            t = None
+        else:
+            t = TensorType(arr.shape, _dtype_of(arr))
+            val = self._const_value(arr, t)
+        var = Var(self.fresh("const"), t, None)
+        op = _Op("const", {}, [var], {"val": val})
+        var.producer = op
+        self.ops.append(op)
+        self._const_cache[key] = var
+        return var
+
+    def _const_value(self, arr: np.ndarray, t: TensorType) -> MIL_pb2.Value:
+        if arr.size >= BLOB_MIN_ELEMENTS and t.dtype != DType.bool:
+            offset = self._write_blob(arr)
+            return ct_helper.create_file_value_tensor(
+                f"@model_path/weights/{WEIGHT_FILE}", offset, list(arr.shape),
+                _PROTO_DTYPE[t.dtype])
+        if arr.ndim == 0:  # create_tensor_value would declare a rank-1 [1] tensor
+            return ct_helper.create_scalar_value(arr[()])
+        return ct_helper.create_tensor_value(np.ascontiguousarray(arr))
+
+    def _write_blob(self, arr: np.ndarray) -> int:
+        if self._blob is None:
+            self._blob = self._blob_writer_factory()
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        if arr.dtype == np.float32:
+            return self._blob.write_float_data(flat)
+        if arr.dtype == np.float16:
+            return self._blob.write_fp16_data(flat.view(np.uint16))
+        if arr.dtype == np.int32:
+            return self._blob.write_int32_data(flat)
+        if arr.dtype == np.int8:
+            return self._blob.write_int8_data(flat)
+        if arr.dtype == np.uint8:
+            return self._blob.write_uint8_data(flat)
+        raise TypeError(f"no blob encoding for {arr.dtype}")
+
+    def close_blob(self) -> None:
+        self._blob = None  # the writer flushes on destruction
+
+    # -- operations ----------------------------------------------------------------
+    def _operand(self, v: Operand):
+        if isinstance(v, Var):
+            return v
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, Var) for x in v):
+            return list(v)
+        if isinstance(v, str):
+            return self.const(np.str_(v))
+        if isinstance(v, (bool, np.bool_)):
+            return self.const(np.bool_(v))
+        return self.const(v)
+
+    def op(self, type: str, out_types: Union[TensorType, Sequence[TensorType]], **inputs: Operand):
+        single = isinstance(out_types, TensorType)
+        types = [out_types] if single else list(out_types)
+        ins = {k: self._operand(v) for k, v in inputs.items() if v is not None}
+        outs = [Var(self.fresh(type), t, None) for t in types]
+        op = _Op(type, ins, outs, {})
+        for o in outs:
+            o.producer = op
+        self.ops.append(op)
+        return outs[0] if single else tuple(outs)
+
+    # -- serialisation -------------------------------------------------------------
+    def to_proto(self) -> List[MIL_pb2.Operation]:
+        return [_op_proto(op) for op in self.ops]
+
+
+def _dtype_of(arr: np.ndarray) -> DType:
+    from ..ir import dtype_from_numpy
+
+    return dtype_from_numpy(arr.dtype)
+
+
+def _binding(v) -> MIL_pb2.Argument:
+    vs = v if isinstance(v, list) else [v]
+    return MIL_pb2.Argument(arguments=[MIL_pb2.Argument.Binding(name=x.name) for x in vs])
+
+
+def _op_proto(op: _Op) -> MIL_pb2.Operation:
+    p = MIL_pb2.Operation(type=op.type)
+    for k, v in op.inputs.items():
+        p.inputs[k].CopyFrom(_binding(v))
+    for o in op.outputs:
+        if o.type is None:  # string const
+            vt = op.attrs["val"].type
+        else:
+            vt = value_type(o.type)
+        p.outputs.add(name=o.name, type=vt)
+    p.attributes["name"].CopyFrom(ct_helper.create_scalar_value(op.outputs[0].name))
+    for k, v in op.attrs.items():
+        p.attributes[k].CopyFrom(v)
+    return p

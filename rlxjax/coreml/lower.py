@@ -1,0 +1,203 @@
+"""RLX graph -> Core ML ``Model_pb2.Model`` holding an ML Program.
+
+The function boundary follows what Core ML's model interface can carry: multi-arrays of
+fp32 or int32 with rank >= 1. Inside, the program computes in the graph's own types (or
+fp16 when ``precision="fp16"``); bool and rank-0 values are converted at the boundary and
+the host side (api.py) converts them back using ``IOSpec``.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import List, Tuple
+
+import numpy as np
+from coremltools.libmilstoragepython import _BlobStorageWriter
+from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
+
+from .. import __version__
+from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
+from ..ir import DType, Dyn, Graph, Node, TensorType, verify
+from . import rules  # noqa: F401  (registers the lowerings)
+from .builder import MilBuilder, Var, cast_name, value_type
+from .registry import LOWERINGS
+from .targets import Target
+
+PRECISIONS = ("fp32", "fp16")
+
+
+@dataclass(frozen=True)
+class IOSpec:
+    """One function input or output: how the host feeds or reads it."""
+
+    name: str          # pytree-path name in the RLX graph ('params.Dense_0.kernel')
+    mil_name: str      # identifier used in the ML Program and the model description
+    shape: Tuple[int, ...]   # the JAX-side shape
+    dtype: str         # the JAX-side dtype (numpy name)
+    io_shape: Tuple[int, ...]  # what Core ML sees (rank >= 1)
+    io_dtype: str      # 'float32' or 'int32'
+
+
+def sanitize(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return s if re.match(r"[A-Za-z_]", s) else "_" + s
+
+
+def _unique(names: List[str]) -> List[str]:
+    seen, out = set(), []
+    for n in names:
+        cand, k = n, 1
+        while cand in seen:
+            cand, k = f"{n}_{k}", k + 1
+        seen.add(cand)
+        out.append(cand)
+    return out
+
+
+def _io_dtype(d: DType) -> DType:
+    return DType.f32 if d.is_float else DType.i32
+
+
+class LowerContext:
+    def __init__(self, builder: MilBuilder, target: Target, precision: str):
+        self.b = builder
+        self.target = target
+        self.precision = precision
+
+    def dt(self, d: DType) -> DType:
+        return DType.f16 if (self.precision == "fp16" and d == DType.f32) else d
+
+    def out_type(self, node: Node, i: int = 0) -> TensorType:
+        t = node.outputs[i].type
+        return t.with_dtype(self.dt(t.dtype))
+
+    def unsupported(self, node: Node, detail: str) -> UnsupportedPrimitiveError:
+        return UnsupportedPrimitiveError(node.op, node.source, detail)
+
+
+def _check_static(graph: Graph) -> None:
+    for name, v in graph.inputs:
+        if not v.type.is_static:
+            dyn = [str(d) for d in v.type.shape if isinstance(d, Dyn)]
+            raise DynamicShapeError(
+                f"input '{name}' has dynamic dimension(s) {', '.join(dyn)} (type {v.type}); "
+                "Core ML programs here need static shapes: call with concrete arrays, or "
+                "compile one program per shape you need.")
+    for n in graph.nodes:
+        for v in n.outputs:
+            if not v.type.is_static:
+                where = f" at {n.source}" if n.source else ""
+                raise DynamicShapeError(f"{n.op}{where} produces a dynamic shape {v.type}; "
+                                        "Core ML lowering needs static shapes.")
+
+
+def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str):
+    """Lower ``graph``; weights go to ``weights_dir``/weight.bin. Returns (model, inputs, outputs)."""
+    if precision not in PRECISIONS:
+        raise RlxError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    verify(graph)
+    _check_static(graph)
+    import os
+
+    b = MilBuilder(lambda: _BlobStorageWriter(os.path.join(weights_dir, "weight.bin")))
+    ctx = LowerContext(b, target, precision)
+    env = {}
+
+    mil_names = _unique([sanitize(n) for n, _ in graph.inputs] +
+                        [sanitize(n) for n, _ in graph.outputs])
+    in_names, out_names = mil_names[:len(graph.inputs)], mil_names[len(graph.inputs):]
+
+    fn_inputs, in_specs = [], []
+    for (name, v), mil_name in zip(graph.inputs, in_names):
+        spec, var = _lower_input(ctx, name, mil_name, v.type)
+        b.reserve(mil_name)
+        fn_inputs.append(MIL_pb2.NamedValueType(name=mil_name, type=value_type(var.type)))
+        in_specs.append(spec)
+        env[v.id] = _from_io(ctx, var, v.type)
+
+    for node in graph.nodes:
+        fn = LOWERINGS.get(node.op)
+        if fn is None:
+            raise ctx.unsupported(node, "no Core ML lowering for this RLX op")
+        outs = fn(ctx, node, *[env[v.id] for v in node.inputs])
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        for i, (v, mv) in enumerate(zip(node.outputs, outs)):
+            want = ctx.out_type(node, i)
+            if mv.type != want:
+                raise RlxError(f"internal: lowering of {node.op} gave {mv.type}, expected {want}")
+            env[v.id] = mv
+
+    out_specs, block_outputs, renamed = [], [], set()
+    for (name, v), mil_name in zip(graph.outputs, out_names):
+        var = _to_io(ctx, env[v.id], mil_name, renamed)
+        block_outputs.append(var.name)
+        out_specs.append(IOSpec(name, mil_name, tuple(v.type.shape), v.type.dtype.np.name,
+                                tuple(var.type.shape), var.type.dtype.np.name))
+    b.close_blob()
+
+    model = _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs)
+    return model, in_specs, out_specs
+
+
+def _lower_input(ctx, name, mil_name, t: TensorType):
+    io_t = TensorType(t.shape if t.rank else (1,), _io_dtype(t.dtype))
+    spec = IOSpec(name, mil_name, tuple(t.shape), t.dtype.np.name, tuple(io_t.shape),
+                  io_t.dtype.np.name)
+    return spec, Var(mil_name, io_t, None)
+
+
+def _from_io(ctx, var: Var, t: TensorType) -> Var:
+    """Function input as Core ML delivers it -> the value the graph expects."""
+    b = ctx.b
+    if t.rank == 0:
+        var = b.op("reshape", TensorType((), var.dtype), x=var, shape=np.zeros((0,), np.int32))
+    want = ctx.dt(t.dtype)
+    if want == DType.bool:
+        return b.op("not_equal", TensorType(var.shape, DType.bool), x=var, y=np.int32(0))
+    if want != var.dtype:
+        return b.op("cast", TensorType(var.shape, want), x=var, dtype=cast_name(want))
+    return var
+
+
+def _to_io(ctx, var: Var, mil_name: str, renamed: set) -> Var:
+    """A graph output value -> a block output named ``mil_name`` that Core ML can return."""
+    b = ctx.b
+    start = len(b.ops)
+    io_dtype = _io_dtype(var.dtype)
+    if var.dtype != io_dtype:
+        var = b.op("cast", TensorType(var.shape, io_dtype), x=var, dtype=cast_name(io_dtype))
+    if var.type.rank == 0:
+        var = b.op("reshape", TensorType((1,), var.dtype), x=var, shape=np.asarray([1], np.int32))
+    fresh_op = len(b.ops) > start
+    own = var.producer is not None and var.producer.type != "const" and id(var) not in renamed
+    if not (fresh_op or own):
+        var = b.op("identity", var.type, x=var)
+    b.rename(var, mil_name)
+    renamed.add(id(var))
+    return var
+
+
+def _feature(spec: IOSpec) -> Model_pb2.FeatureDescription:
+    arr = FeatureTypes_pb2.ArrayFeatureType(
+        shape=list(spec.io_shape),
+        dataType=(FeatureTypes_pb2.ArrayFeatureType.FLOAT32 if spec.io_dtype == "float32"
+                  else FeatureTypes_pb2.ArrayFeatureType.INT32))
+    return Model_pb2.FeatureDescription(name=spec.mil_name, shortDescription=spec.name,
+                                        type=FeatureTypes_pb2.FeatureType(multiArrayType=arr))
+
+
+def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Model_pb2.Model:
+    model = Model_pb2.Model(specificationVersion=target.spec_version)
+    model.description.input.extend(_feature(s) for s in in_specs)
+    model.description.output.extend(_feature(s) for s in out_specs)
+    meta = model.description.metadata
+    meta.userDefined["rlxjax.version"] = __version__
+    meta.userDefined["rlxjax.io"] = json.dumps(
+        {"inputs": [asdict(s) for s in in_specs], "outputs": [asdict(s) for s in out_specs]})
+    block = MIL_pb2.Block(outputs=block_outputs, operations=b.to_proto())
+    fn = MIL_pb2.Function(inputs=fn_inputs, opset=target.opset)
+    fn.block_specializations[target.opset].CopyFrom(block)
+    model.mlProgram.version = 1
+    model.mlProgram.functions["main"].CopyFrom(fn)
+    return model

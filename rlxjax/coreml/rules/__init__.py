@@ -1,0 +1,2 @@
+"""Core ML lowerings, one module per op family; importing registers them."""
+from . import constant, elementwise, linear, reduction, shape  # noqa: F401

@@ -1,0 +1,221 @@
+"""Lowering: elementwise ops, compositions that are exact where MIL has no direct op."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import DType, TensorType, broadcast_shapes
+from ..builder import cast_name
+from ..registry import lowering
+
+_DIRECT_UNARY = {
+    "exp": "exp", "exp2": "exp2", "tanh": "tanh", "sqrt": "sqrt", "erf": "erf", "sin": "sin",
+    "cos": "cos", "floor": "floor", "ceil": "ceil", "square": "square", "abs": "abs",
+    "sign": "sign", "logistic": "sigmoid",
+}
+_DIRECT_BINARY = {
+    "add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum", "pow": "pow",
+    "eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
+    "ge": "greater_equal",
+}
+_LOGICAL = {"and": "logical_and", "or": "logical_or", "xor": "logical_xor"}
+
+
+def _scalar(x, v):
+    """A rank-0 constant of x's dtype (MIL broadcasts it)."""
+    return np.asarray(v, dtype=x.dtype.np)
+
+
+def _like(x, dtype=None):
+    return TensorType(x.shape, dtype or x.dtype)
+
+
+def _shape(v):
+    return tuple(v.shape) if hasattr(v, "shape") else ()
+
+
+def _first_var_dtype(*vs):
+    return next(v.dtype for v in vs if not isinstance(v, np.ndarray))
+
+
+class Ew:
+    """Shorthand for elementwise MIL ops; output shapes follow numpy broadcasting."""
+
+    def __init__(self, b):
+        self.b = b
+
+    def unary(self, op, x, **kw):
+        return self.b.op(op, _like(x), x=x, **kw)
+
+    def binary(self, op, x, y, dtype=None):
+        t = TensorType(broadcast_shapes(_shape(x), _shape(y)), dtype or _first_var_dtype(x, y))
+        return self.b.op(op, t, x=x, y=y)
+
+    def compare(self, op, x, y):
+        return self.binary(op, x, y, DType.bool)
+
+    def select(self, cond, a, b):
+        t = TensorType(broadcast_shapes(_shape(cond), _shape(a), _shape(b)),
+                       _first_var_dtype(a, b))
+        return self.b.op("select", t, cond=cond, a=a, b=b)
+
+
+for _rlx, _mil in _DIRECT_UNARY.items():
+
+    @lowering(_rlx)
+    def _direct_unary(ctx, node, x, _mil=_mil):
+        return ctx.b.op(_mil, ctx.out_type(node), x=x)
+
+
+for _rlx, _mil in _DIRECT_BINARY.items():
+
+    @lowering(_rlx)
+    def _direct_binary(ctx, node, x, y, _mil=_mil):
+        return ctx.b.op(_mil, ctx.out_type(node), x=x, y=y)
+
+
+@lowering("and", "or", "xor")
+def _logical(ctx, node, x, y):
+    if x.dtype != DType.bool:
+        raise ctx.unsupported(node, f"bitwise '{node.op}' on {x.dtype}: Core ML has no bitwise "
+                                    "integer ops (only logical ops on bool)")
+    return ctx.b.op(_LOGICAL[node.op], ctx.out_type(node), x=x, y=y)
+
+
+@lowering("not")
+def _not(ctx, node, x):
+    if x.dtype != DType.bool:
+        raise ctx.unsupported(node, f"bitwise 'not' on {x.dtype}: Core ML has no bitwise ops")
+    return ctx.b.op("logical_not", ctx.out_type(node), x=x)
+
+
+@lowering("neg")
+def _neg(ctx, node, x):
+    # x * -1 is exact and keeps the sign of zero (0 - x would turn -0 into +0).
+    return ctx.b.op("mul", ctx.out_type(node), x=x, y=_scalar(x, -1))
+
+
+@lowering("log")
+def _log(ctx, node, x):
+    return ctx.b.op("log", ctx.out_type(node), x=x, epsilon=_scalar(x, 0))
+
+
+@lowering("rsqrt")
+def _rsqrt(ctx, node, x):
+    return ctx.b.op("rsqrt", ctx.out_type(node), x=x, epsilon=_scalar(x, 0))
+
+
+@lowering("stop_gradient")
+def _stop_gradient(ctx, node, x):
+    return x
+
+
+@lowering("select")
+def _select(ctx, node, pred, on_false, on_true):
+    return ctx.b.op("select", ctx.out_type(node), cond=pred, a=on_true, b=on_false)
+
+
+@lowering("convert")
+def _convert(ctx, node, x):
+    t = ctx.out_type(node)
+    if t.dtype == x.dtype:  # e.g. f32 -> f16 when the program computes in fp16 anyway
+        return x
+    if t.dtype not in (DType.f32, DType.f16, DType.i32, DType.bool):
+        raise ctx.unsupported(node, f"conversion to {t.dtype}")
+    return ctx.b.op("cast", t, x=x, dtype=cast_name(t.dtype))
+
+
+@lowering("div")
+def _div(ctx, node, x, y):
+    t = ctx.out_type(node)
+    if x.dtype.is_float:
+        return ctx.b.op("real_div", t, x=x, y=y)
+    # Integer division truncates toward zero in JAX; MIL's floor_div floors.
+    # trunc(x/y) = floor(x/y) + 1 where the remainder is non-zero and the signs differ.
+    e = Ew(ctx.b)
+    q = ctx.b.op("floor_div", t, x=x, y=y)
+    r = e.binary("sub", x, e.binary("mul", q, y))
+    signs_differ = e.binary("logical_xor", e.compare("less", x, _scalar(x, 0)),
+                            e.compare("less", y, _scalar(y, 0)), DType.bool)
+    fix = e.binary("logical_and", e.compare("not_equal", r, _scalar(r, 0)),
+                   signs_differ, DType.bool)
+    return e.select(fix, e.binary("add", q, _scalar(x, 1)), q)
+
+
+@lowering("rem")
+def _rem(ctx, node, x, y):
+    # JAX's rem takes the sign of the dividend (C fmod); MIL's mod is the floor modulo.
+    # On magnitudes both agree, so fmod(x, y) = sign(x) * mod(|x|, |y|), exactly.
+    e = Ew(ctx.b)
+    t = ctx.out_type(node)
+    m = ctx.b.op("mod", t, x=e.unary("abs", x), y=e.unary("abs", y))
+    return e.select(e.compare("less", x, _scalar(x, 0)), e.binary("mul", m, _scalar(m, -1)), m)
+
+
+@lowering("log1p")
+def _log1p(ctx, node, x):
+    # Exact-rounding trick (Goldberg): u = 1 + x; log1p(x) = log(u) * x / (u - 1), and
+    # x itself where u == 1. MIL has no log1p and log(1 + x) loses all digits of tiny x.
+    e = Ew(ctx.b)
+    u = e.binary("add", x, _scalar(x, 1))
+    d = e.binary("sub", u, _scalar(x, 1))
+    logu = ctx.b.op("log", u.type, x=u, epsilon=_scalar(x, 0))
+    general = e.binary("mul", logu, e.binary("real_div", x, d))
+    out = e.select(e.compare("equal", d, _scalar(x, 0)), x, general)
+    return e.select(e.compare("equal", u, _scalar(x, np.inf)), u, out)
+
+
+@lowering("expm1")
+def _expm1(ctx, node, x):
+    # Kahan's trick: u = exp(x); expm1(x) = (u - 1) * x / log(u), x where u == 1,
+    # -1 where u - 1 == -1; exp(x) - 1 would cancel catastrophically for small x.
+    e = Ew(ctx.b)
+    u = e.unary("exp", x)
+    d = e.binary("sub", u, _scalar(x, 1))
+    logu = ctx.b.op("log", u.type, x=u, epsilon=_scalar(x, 0))
+    general = e.binary("real_div", e.binary("mul", d, x), logu)
+    out = e.select(e.compare("equal", d, _scalar(x, -1)), _scalar(x, -1), general)
+    out = e.select(e.compare("equal", u, _scalar(x, 1)), x, out)
+    return e.select(e.compare("equal", u, _scalar(x, np.inf)), u, out)
+
+
+@lowering("round")
+def _round(ctx, node, x):
+    # MIL's round does not document its tie rule, so build both JAX rules from floor:
+    # x - floor(x) is exact in binary floating point.
+    e = Ew(ctx.b)
+    one, half = _scalar(x, 1), _scalar(x, 0.5)
+    if node.params["method"] == "half_away":
+        a = e.unary("abs", x)
+        t = e.unary("floor", a)
+        up = e.compare("greater_equal", e.binary("sub", a, t), half)
+        r = e.select(up, e.binary("add", t, one), t)
+        return e.select(e.compare("less", x, _scalar(x, 0)),
+                        e.binary("mul", r, _scalar(x, -1)), r)
+    t = e.unary("floor", x)
+    d = e.binary("sub", x, t)
+    t_half = e.binary("mul", t, half)
+    odd = e.compare("not_equal", e.unary("floor", t_half), t_half)
+    tie_up = e.binary("logical_and", e.compare("equal", d, half), odd, DType.bool)
+    up = e.binary("logical_or", e.compare("greater", d, half), tie_up, DType.bool)
+    return e.select(up, e.binary("add", t, one), t)
+
+
+@lowering("integer_pow")
+def _integer_pow(ctx, node, x):
+    # The same square-and-multiply sequence as JAX's own lowering, so results match
+    # bit for bit rather than going through pow().
+    y = node.params["y"]
+    e = Ew(ctx.b)
+    if y == 0:
+        return ctx.b.op("fill", ctx.out_type(node), shape=np.asarray(x.shape, np.int32),
+                        value=_scalar(x, 1)) if x.shape else ctx.b.const(_scalar(x, 1))
+    acc, base, n = None, x, abs(y)
+    while n > 0:
+        if n & 1:
+            acc = base if acc is None else e.binary("mul", acc, base)
+        n >>= 1
+        if n:
+            base = e.binary("mul", base, base)
+    if y < 0:
+        acc = e.binary("real_div", _scalar(x, 1), acc)
+    return acc

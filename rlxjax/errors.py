@@ -1,0 +1,44 @@
+"""Public error types. Each says what went wrong and what to do; see docs/errors.md."""
+from __future__ import annotations
+
+
+class RlxError(Exception):
+    """Base class of every error rlxjax raises on purpose."""
+
+
+class UnsupportedPrimitiveError(RlxError, NotImplementedError):
+    """A JAX primitive (or a parameter of one) that rlxjax cannot compile exactly."""
+
+    def __init__(self, primitive: str, source: str | None = None, detail: str = ""):
+        self.primitive = primitive
+        self.source = source
+        where = f" at {source}" if source else ""
+        extra = f": {detail}" if detail else ""
+        super().__init__(
+            f"JAX primitive '{primitive}'{where} is not supported by rlxjax{extra}. "
+            "Rewrite that line with supported operations, or open an issue with this message."
+        )
+
+
+class DynamicShapeError(RlxError, ValueError):
+    """A dimension unknown at compile time reached the Core ML lowering."""
+
+
+class UnsupportedDTypeError(RlxError, TypeError):
+    """A dtype with no Core ML counterpart (int64, float64, complex, ...)."""
+
+
+class TargetError(RlxError, ValueError):
+    """The deployment target is unknown or too old for a feature the program needs."""
+
+
+class ArgumentError(RlxError, TypeError):
+    """A compiled function was called with the wrong number, shape or dtype of arguments."""
+
+
+class BackendUnavailableError(RlxError, RuntimeError):
+    """The requested backend cannot run on this machine (e.g. 'coreml' off macOS)."""
+
+
+class ValidationError(RlxError, ValueError):
+    """coremltools' own MIL loader rejected a program rlxjax produced (a bug in rlxjax)."""

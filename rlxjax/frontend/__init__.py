@@ -1,0 +1,74 @@
+"""jaxpr frontend: trace a JAX function and translate its jaxpr into an RLX graph."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, List, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from ..ir import Graph, TensorType, verify
+from . import rules  # noqa: F401  (registers the rules)
+from .interpreter import Lowering, aval_type
+from .registry import RULES
+
+__all__ = ["Traced", "trace", "path_name", "RULES"]
+
+
+def _key_str(k) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def path_name(prefix: str, path) -> str:
+    """'params' + (DictKey('Dense_0'), DictKey('kernel')) -> 'params.Dense_0.kernel'."""
+    return ".".join([prefix] + [_key_str(k) for k in path])
+
+
+def arg_names(fun: Callable, n: int) -> List[str]:
+    """Names of the first n positional parameters of fun, 'arg{i}' where unknown."""
+    names = [f"arg{i}" for i in range(n)]
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return names
+    for i, p in enumerate(params[:n]):
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names[i] = p.name
+        else:
+            break
+    return names
+
+
+@dataclass
+class Traced:
+    graph: Graph
+    in_tree: Any          # treedef of the dynamic args tuple
+    out_tree: Any         # treedef of the result
+    in_types: List[TensorType]
+
+
+def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Traced:
+    """Trace ``fun(*dyn_args)`` and translate it to a verified RLX graph.
+
+    ``names`` gives one name per dynamic argument; leaves are named by pytree path under it.
+    """
+    closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
+    leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
+    out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
+
+    graph = Graph(getattr(fun, "__name__", "main"))
+    ctx = Lowering(graph)
+    inputs = []
+    for (path, _), var in zip(leaves_with_paths, closed.jaxpr.invars):
+        top, rest = path[0], path[1:]
+        name = path_name(names[top.idx], rest)
+        inputs.append(graph.add_input(name, aval_type(var.aval)))
+    outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, inputs)
+    for (path, _), v in zip(out_paths, outs):
+        graph.add_output(path_name("out", path), v)
+    verify(graph)
+    return Traced(graph, in_tree, out_tree, [v.type for v in inputs])

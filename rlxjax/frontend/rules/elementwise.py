@@ -1,0 +1,83 @@
+"""Frontend rules: elementwise arithmetic, comparisons, logic, select, casts."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import DType, dtype_from_numpy
+from ..registry import rule
+
+_SAME_NAME_UNARY = ("neg", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt",
+                    "rsqrt", "abs", "sign", "floor", "ceil", "erf", "sin", "cos", "square",
+                    "not")
+_SAME_NAME_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "pow", "and", "or", "xor",
+                     "eq", "ne", "lt", "le", "gt", "ge")
+
+
+def _unary(op):
+    def fn(ctx, eqn, x):
+        return ctx.add(op, x)
+
+    return fn
+
+
+def _binary(op):
+    def fn(ctx, eqn, x, y):
+        return ctx.add(op, x, y)
+
+    return fn
+
+
+for _p in _SAME_NAME_UNARY:
+    rule(_p)(_unary(_p))
+for _p in _SAME_NAME_BINARY:
+    rule(_p)(_binary(_p))
+rule("add_any")(_binary("add"))
+
+
+@rule("integer_pow")
+def _integer_pow(ctx, eqn, x):
+    return ctx.add("integer_pow", x, y=int(eqn.params["y"]))
+
+
+@rule("round")
+def _round(ctx, eqn, x):
+    method = int(eqn.params["rounding_method"])  # lax.RoundingMethod: 0 away, 1 to even
+    return ctx.add("round", x, method="half_even" if method == 1 else "half_away")
+
+
+@rule("copy", "copy_p", "optimization_barrier")
+def _identity(ctx, eqn, *xs):
+    return list(xs)
+
+
+@rule("stop_gradient")
+def _stop_gradient(ctx, eqn, x):
+    return ctx.add("stop_gradient", x)
+
+
+@rule("convert_element_type")
+def _convert(ctx, eqn, x):
+    to = dtype_from_numpy(eqn.params["new_dtype"])
+    if to == x.dtype:
+        return x
+    return ctx.add("convert", x, dtype=to)
+
+
+@rule("select_n")
+def _select_n(ctx, eqn, pred, *cases):
+    """select_n(p, c0, c1, ...) picks cases[p]; a bool p picks c1 where True."""
+    if pred.dtype == DType.bool:
+        if len(cases) == 1:
+            return cases[0]
+        return ctx.add("select", pred, cases[0], cases[1])
+    out = cases[0]
+    for i, c in enumerate(cases[1:], start=1):
+        hit = ctx.add("eq", pred, ctx.constant(np.asarray(i, dtype=pred.dtype.np)))
+        out = ctx.add("select", hit, out, c)
+    return out
+
+
+@rule("clamp")
+def _clamp(ctx, eqn, lo, x, hi):
+    # lax.clamp(lo, x, hi) = min(max(x, lo), hi)
+    return ctx.add("min", ctx.add("max", x, lo), hi)

@@ -1,0 +1,13 @@
+"""rlxjax.ir — the RLX graph: rlxjax's own small SSA IR."""
+from .types import DType, Dyn, TensorType, UnsupportedDTypeError, dtype_from_numpy
+from .graph import Graph, Node, Params, Value, constant_value
+from .ops import OPS, IRTypeError, OpDef, broadcast_shapes, infer_types
+from .verify import GraphVerificationError, verify
+from .printer import format_graph
+
+__all__ = [
+    "DType", "Dyn", "TensorType", "UnsupportedDTypeError", "dtype_from_numpy",
+    "Graph", "Node", "Params", "Value", "constant_value",
+    "OPS", "IRTypeError", "OpDef", "broadcast_shapes", "infer_types",
+    "GraphVerificationError", "verify", "format_graph",
+]

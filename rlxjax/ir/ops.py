@@ -1,0 +1,264 @@
+"""The RLX op set: one definition per op with its family and type inference.
+
+Families (the same names are used by the frontend rules, the Core ML lowering and the
+reference interpreter): constant, elementwise, reduction, shape, linear.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from .types import DType, Dyn, TensorType, dtype_from_numpy
+
+
+class IRTypeError(TypeError):
+    """An op was given inputs or parameters that do not type-check."""
+
+
+InferFn = Callable[[Sequence[TensorType], "Params"], List[TensorType]]  # noqa: F821
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    family: str
+    infer: InferFn
+    arity: Optional[int]  # None: variadic
+
+
+OPS: Dict[str, OpDef] = {}
+
+
+def defop(name: str, family: str, arity: Optional[int]):
+    def register(fn: InferFn) -> InferFn:
+        if name in OPS:
+            raise ValueError(f"op {name} defined twice")
+        OPS[name] = OpDef(name, family, fn, arity)
+        return fn
+
+    return register
+
+
+def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorType]:
+    try:
+        opdef = OPS[op]
+    except KeyError:
+        raise IRTypeError(f"unknown RLX op {op!r}") from None
+    if opdef.arity is not None and len(in_types) != opdef.arity:
+        raise IRTypeError(f"{op} takes {opdef.arity} inputs, got {len(in_types)}")
+    return list(opdef.infer(in_types, params))
+
+
+def _require(cond: bool, msg: str) -> None:
+    if not cond:
+        raise IRTypeError(msg)
+
+
+# -- constant ------------------------------------------------------------------------
+@defop("constant", "constant", 0)
+def _constant(ts, p):
+    v = p["value"]
+    return [TensorType(v.shape, dtype_from_numpy(v.dtype))]
+
+
+# -- elementwise ---------------------------------------------------------------------
+def broadcast_shapes(*shapes):
+    """numpy broadcasting of static or dynamic shapes (Dyn only matches itself or 1)."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        non1 = {d for d in dims if d != 1}
+        _require(len(non1) <= 1, f"shapes {' and '.join(map(str, shapes))} do not broadcast")
+        out.append(non1.pop() if non1 else 1)
+    return tuple(out)
+
+
+FLOAT_UNARY = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt",
+               "floor", "ceil", "erf", "sin", "cos")
+NUMERIC_UNARY = ("neg", "abs", "sign", "square")
+UNARY = FLOAT_UNARY + NUMERIC_UNARY + ("round", "not", "integer_pow", "copy")
+ARITH_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "pow")
+LOGIC_BINARY = ("and", "or", "xor")
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def _unary(name):
+    def infer(ts, p):
+        (t,) = ts
+        if name in FLOAT_UNARY or name == "round":
+            _require(t.dtype.is_float, f"{name} needs a float input, got {t}")
+        elif name in NUMERIC_UNARY or name == "integer_pow":
+            _require(t.dtype != DType.bool, f"{name} needs a numeric input, got {t}")
+        elif name == "not":
+            _require(t.dtype == DType.bool or t.dtype.is_int, f"not needs bool/int, got {t}")
+        if name == "round":
+            _require(p.get("method") in ("half_even", "half_away"), f"round method {p.get('method')!r}")
+        if name == "integer_pow":
+            _require(isinstance(p.get("y"), int), "integer_pow needs an int parameter y")
+        return [t]
+
+    return infer
+
+
+def _binary(name):
+    def infer(ts, p):
+        a, b = ts
+        _require(a.dtype == b.dtype, f"{name}: dtypes differ ({a} vs {b})")
+        shape = broadcast_shapes(a.shape, b.shape)
+        if name in COMPARE:
+            return [TensorType(shape, DType.bool)]
+        if name in LOGIC_BINARY:
+            _require(a.dtype == DType.bool or a.dtype.is_int, f"{name} needs bool/int, got {a}")
+        else:
+            _require(a.dtype != DType.bool, f"{name} needs numeric inputs, got {a}")
+        if name == "pow":
+            _require(a.dtype.is_float, f"pow needs float inputs, got {a}")
+        return [TensorType(shape, a.dtype)]
+
+    return infer
+
+
+for _n in UNARY:
+    defop(_n, "elementwise", 1)(_unary(_n))
+for _n in ARITH_BINARY + LOGIC_BINARY + COMPARE:
+    defop(_n, "elementwise", 2)(_binary(_n))
+
+
+@defop("select", "elementwise", 3)
+def _select(ts, p):
+    """select(pred, on_false, on_true), numpy broadcasting."""
+    c, f, t = ts
+    _require(c.dtype == DType.bool, f"select predicate must be bool, got {c}")
+    _require(f.dtype == t.dtype, f"select branches differ: {f} vs {t}")
+    return [TensorType(broadcast_shapes(c.shape, f.shape, t.shape), f.dtype)]
+
+
+@defop("convert", "elementwise", 1)
+def _convert(ts, p):
+    (t,) = ts
+    _require(isinstance(p.get("dtype"), DType), "convert needs dtype=DType")
+    return [t.with_dtype(p["dtype"])]
+
+
+# -- reduction -----------------------------------------------------------------------
+def _axes_ok(t: TensorType, axes) -> None:
+    _require(all(0 <= a < t.rank for a in axes) and len(set(axes)) == len(axes),
+             f"bad axes {axes} for {t}")
+
+
+for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+
+    @defop(_n, "reduction", 1)
+    def _reduce(ts, p, _n=_n):
+        (t,) = ts
+        axes = p["axes"]
+        _axes_ok(t, axes)
+        _require(t.dtype != DType.bool, f"{_n} needs numeric input, got {t}")
+        return [t.with_shape(d for i, d in enumerate(t.shape) if i not in axes)]
+
+
+for _n in ("argmax", "argmin"):
+
+    @defop(_n, "reduction", 1)
+    def _arg(ts, p, _n=_n):
+        (t,) = ts
+        _axes_ok(t, (p["axis"],))
+        _require(p["index_dtype"] == DType.i32, f"{_n} index dtype must be i32")
+        _require(t.dtype != DType.bool, f"{_n} needs numeric input, got {t}")
+        return [TensorType(tuple(d for i, d in enumerate(t.shape) if i != p["axis"]), DType.i32)]
+
+
+# -- shape ---------------------------------------------------------------------------
+def _static_size(shape) -> Optional[int]:
+    if any(isinstance(d, Dyn) for d in shape):
+        return None
+    return int(np.prod(shape, dtype=np.int64))
+
+
+@defop("reshape", "shape", 1)
+def _reshape(ts, p):
+    (t,) = ts
+    shape = p["shape"]
+    a, b = _static_size(t.shape), _static_size(shape)
+    _require(a is None or b is None or a == b, f"cannot reshape {t} to {shape}")
+    return [t.with_shape(shape)]
+
+
+@defop("transpose", "shape", 1)
+def _transpose(ts, p):
+    (t,) = ts
+    perm = p["perm"]
+    _require(sorted(perm) == list(range(t.rank)), f"bad permutation {perm} for {t}")
+    return [t.with_shape(t.shape[i] for i in perm)]
+
+
+@defop("broadcast_in_dim", "shape", 1)
+def _broadcast_in_dim(ts, p):
+    """JAX semantics: operand dim i goes to output dim dims[i] (size equal or 1)."""
+    (t,) = ts
+    shape, dims = p["shape"], p["dims"]
+    _require(len(dims) == t.rank, f"broadcast_in_dim dims {dims} vs {t}")
+    for i, d in enumerate(dims):
+        _require(t.shape[i] in (1, shape[d]), f"cannot broadcast {t} to {shape} via {dims}")
+    return [t.with_shape(shape)]
+
+
+@defop("rev", "shape", 1)
+def _rev(ts, p):
+    (t,) = ts
+    _axes_ok(t, p["axes"])
+    return [t]
+
+
+@defop("concatenate", "shape", None)
+def _concatenate(ts, p):
+    ax = p["axis"]
+    _require(len(ts) >= 1, "concatenate needs inputs")
+    t0 = ts[0]
+    _require(0 <= ax < t0.rank, f"bad concat axis {ax}")
+    total = 0
+    for t in ts:
+        _require(t.dtype == t0.dtype and t.rank == t0.rank, f"concatenate: {t} vs {t0}")
+        _require(all(t.shape[i] == t0.shape[i] for i in range(t.rank) if i != ax),
+                 f"concatenate: {t} vs {t0} off axis {ax}")
+        total += t.shape[ax]
+    return [t0.with_shape(total if i == ax else d for i, d in enumerate(t0.shape))]
+
+
+@defop("slice", "shape", 1)
+def _slice(ts, p):
+    (t,) = ts
+    start, limit, strides = p["start"], p["limit"], p["strides"]
+    _require(len(start) == len(limit) == len(strides) == t.rank, f"slice params vs {t}")
+    out = []
+    for s, l, st, d in zip(start, limit, strides, t.shape):
+        _require(0 <= s <= l <= d and st >= 1, f"slice [{s}:{l}:{st}] out of range for dim {d}")
+        out.append(max(0, -(-(l - s) // st)))
+    return [t.with_shape(out)]
+
+
+# -- linear --------------------------------------------------------------------------
+@defop("dot_general", "linear", 2)
+def _dot_general(ts, p):
+    """JAX dot_general: output dims = batch, lhs free, rhs free."""
+    a, b = ts
+    (lc, rc), (lb, rb) = p["contract"], p["batch"]
+    _require(a.dtype == b.dtype, f"dot_general dtypes differ: {a} vs {b}")
+    _require(a.dtype != DType.bool, "dot_general of bool")
+    _require(len(lc) == len(rc) and len(lb) == len(rb), "dot_general dims mismatch")
+    for i, j in list(zip(lc, rc)) + list(zip(lb, rb)):
+        _require(a.shape[i] == b.shape[j], f"dot_general: {a} dim {i} vs {b} dim {j}")
+    lfree = [d for i, d in enumerate(a.shape) if i not in lc and i not in lb]
+    rfree = [d for i, d in enumerate(b.shape) if i not in rc and i not in rb]
+    batch = [a.shape[i] for i in lb]
+    out_dtype = p.get("out_dtype") or a.dtype
+    return [TensorType(tuple(batch + lfree + rfree), out_dtype)]
+
+
+@defop("stop_gradient", "elementwise", 1)
+def _stop_gradient(ts, p):
+    """Identity in the forward program; the grad transform sends no cotangent through it."""
+    return [ts[0]]

@@ -1,0 +1,44 @@
+"""Graph verifier, run after every transform: SSA order, types, names."""
+from __future__ import annotations
+
+from .graph import Graph
+from .ops import IRTypeError, infer_types
+
+
+class GraphVerificationError(ValueError):
+    pass
+
+
+def verify(g: Graph) -> Graph:
+    defined = set()
+    names = set()
+    for name, v in g.inputs:
+        if name in names:
+            raise GraphVerificationError(f"duplicate input name {name!r}")
+        names.add(name)
+        if v.node is not None:
+            raise GraphVerificationError(f"input {name} is produced by a node")
+        defined.add(v.id)
+    for n in g.nodes:
+        for v in n.inputs:
+            if v.id not in defined:
+                raise GraphVerificationError(f"{n.op} reads %{v.id} before it is defined")
+        try:
+            expect = infer_types(n.op, [v.type for v in n.inputs], n.params)
+        except IRTypeError as e:
+            raise GraphVerificationError(f"{n.op}: {e}") from None
+        if [v.type for v in n.outputs] != expect:
+            raise GraphVerificationError(
+                f"{n.op}: output types {[v.type for v in n.outputs]} but inference says {expect}")
+        for i, v in enumerate(n.outputs):
+            if v.node is not n or v.index != i or v.id in defined:
+                raise GraphVerificationError(f"{n.op}: output %{v.id} is not owned by the node")
+            defined.add(v.id)
+    out_names = set()
+    for name, v in g.outputs:
+        if name in out_names:
+            raise GraphVerificationError(f"duplicate output name {name!r}")
+        out_names.add(name)
+        if v.id not in defined:
+            raise GraphVerificationError(f"output {name} (%{v.id}) is not defined")
+    return g
