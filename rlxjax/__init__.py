@@ -1,6 +1,32 @@
 """rlxjax: compile JAX functions and training steps into Apple Core ML ML Programs."""
 __version__ = "0.1.0.dev0"
 
+import logging as _logging
+
+
+class _NoRuntimeNotice(_logging.Filter):
+    """Off macOS coremltools logs "Failed to load ..." for each runtime class at import.
+    That is expected here (programs run on the reference backend), so drop exactly those
+    import-time records; everything else coremltools logs still shows."""
+
+    def filter(self, record):
+        return "libcoremlpython" not in record.getMessage()
+
+
+def _import_coremltools_quietly():
+    handlers = [h for h in (_logging.lastResort, *_logging.getLogger().handlers) if h]
+    notice = _NoRuntimeNotice()
+    for h in handlers:
+        h.addFilter(notice)
+    try:
+        import coremltools  # noqa: F401
+    finally:
+        for h in handlers:
+            h.removeFilter(notice)
+
+
+_import_coremltools_quietly()
+
 from .errors import (  # noqa: E402
     ArgumentError, BackendUnavailableError, DynamicShapeError, RlxError, TargetError,
     UnsupportedDTypeError, UnsupportedPrimitiveError, ValidationError,

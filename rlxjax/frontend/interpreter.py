@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-from jax import core as jcore
 from jax.extend import core as jex_core
 
 from ..errors import RlxError, UnsupportedPrimitiveError
@@ -72,14 +71,16 @@ class Lowering:
         for eqn in jaxpr.eqns:
             outs = self.eval_eqn(eqn, [read(a) for a in eqn.invars])
             for var, v in zip(eqn.outvars, outs):
-                if not isinstance(var, jcore.DropVar):
+                if not isinstance(var, jex_core.DropVar):
                     env[var] = v
         return [read(a) for a in jaxpr.outvars]
 
     def eval_eqn(self, eqn, inputs: List[Value]) -> List[Value]:
         name = eqn.primitive.name
         saved = (self.source, self.primitive)
-        self.source, self.primitive = source_line(eqn), name
+        # Equations inside library jaxprs (jnp.linalg, flax) carry no user frame: report
+        # the user's line of the enclosing call instead.
+        self.source, self.primitive = source_line(eqn) or saved[0], name
         try:
             fn = RULES.get(name)
             if fn is None:

@@ -1,0 +1,45 @@
+"""Shared test oracle: compile with rlxjax, validate with coremltools' loader, run on the
+reference backend, and compare with jax.jit of the same function."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+import rlxjax
+
+FP32_TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+def assert_tree_close(got, want, rtol=1e-5, atol=1e-6):
+    g_leaves, g_tree = jax.tree_util.tree_flatten(got)
+    w_leaves, w_tree = jax.tree_util.tree_flatten(want)
+    assert g_tree == w_tree, f"structure {g_tree} != {w_tree}"
+    for g, w in zip(g_leaves, w_leaves):
+        w = np.asarray(w)
+        assert isinstance(g, np.ndarray), type(g)
+        assert g.shape == w.shape, (g.shape, w.shape)
+        assert g.dtype == w.dtype, (g.dtype, w.dtype)
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def check_against_jax(fun, *args, rtol=1e-5, atol=1e-6, target="iOS17", precision="fp32",
+                      static_argnums=(), validate=True):
+    """Compile ``fun`` for ``args``, validate it, run it on the reference backend and
+    compare with ``jax.jit(fun)``. Returns the Compiled object."""
+    cf = rlxjax.coreml_jit(fun, target=target, precision=precision,
+                           static_argnums=static_argnums, backend="reference")
+    compiled = cf.lower(*args).compile()
+    if validate:
+        compiled.validate()
+    dyn = [a for i, a in enumerate(args) if i not in compiled_static(static_argnums)]
+    got = compiled(*dyn)
+    want = jax.jit(fun, static_argnums=static_argnums)(*args)
+    assert_tree_close(got, want, rtol=rtol, atol=atol)
+    return compiled
+
+
+def compiled_static(static_argnums):
+    return set(static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))
