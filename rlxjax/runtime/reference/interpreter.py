@@ -1,0 +1,216 @@
+"""A numpy interpreter of the ML Program inside a Core ML ``Model`` protobuf.
+
+The program is read straight from ``coremltools.proto.MIL_pb2`` (not through coremltools' MIL
+builder) so this backend is an independent check on what rlxjax emits.  All protobuf work -
+decoding consts and immediate values, reading weight blobs, resolving op implementations - is
+done once in ``__init__``; ``run`` walks a flat list of prepared steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from rlxjax.errors import RlxError
+
+from .ops import OPS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
+from .values import BlobFiles, ValueDecodeError, decode_value, tensor_signature
+
+
+class ReferenceRuntimeError(RlxError, RuntimeError):
+    """The reference backend could not load or execute a program (message names op and output)."""
+
+
+# Binding kinds of a prepared op input.
+_NAME, _CONST, _LIST = 0, 1, 2
+
+
+def _fmt_shape(shape):
+    if shape is None:
+        return "(...)"
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+def _shape_ok(shape, expected) -> bool:
+    if expected is None:  # variadic rank
+        return True
+    return len(shape) == len(expected) and all(
+        e is None or e == s for s, e in zip(shape, expected))
+
+
+class _Step:
+    __slots__ = ("fn", "op_type", "inputs", "outputs", "out_sigs", "extra")
+
+    def __init__(self, fn, op_type, inputs, outputs, out_sigs, extra):
+        self.fn = fn
+        self.op_type = op_type
+        self.inputs = inputs  # tuple of (param, kind, payload)
+        self.outputs = outputs  # tuple of output names
+        self.out_sigs = out_sigs  # tuple of (dtype, shape) or None (non-tensor output)
+        self.extra = extra  # dict merged into the op's inputs (e.g. declared output dtypes)
+
+    def where(self) -> str:
+        return f"op '{self.op_type}' (output '{self.outputs[0] if self.outputs else '?'}')"
+
+
+class ReferenceProgram:
+    def __init__(self, model, weights_dir=None, *, function="main"):
+        """model: Model_pb2.Model with an mlProgram.  weights_dir: folder holding the blob file(s)
+        that BlobFileValue.fileName refers to as '@model_path/weights/<file>'."""
+        if model.WhichOneof("Type") != "mlProgram":
+            raise ReferenceRuntimeError(
+                f"model is a '{model.WhichOneof('Type')}', not an mlProgram")
+        functions = model.mlProgram.functions
+        if function not in functions:
+            raise ReferenceRuntimeError(
+                f"function '{function}' not in program (has {sorted(functions)})")
+        fn = functions[function]
+        if fn.opset not in fn.block_specializations:
+            raise ReferenceRuntimeError(
+                f"function '{function}' has no block for its opset '{fn.opset}' "
+                f"(has {sorted(fn.block_specializations)})")
+        block = fn.block_specializations[fn.opset]
+        self.function = function
+        self.opset = fn.opset
+        self._blobs = BlobFiles(weights_dir)
+
+        self.input_signatures = {}
+        for nvt in fn.inputs:
+            try:
+                self.input_signatures[nvt.name] = tensor_signature(nvt.type)
+            except ValueDecodeError as e:
+                raise ReferenceRuntimeError(f"function input '{nvt.name}': {e}") from None
+
+        self._consts = {}
+        self._steps = []
+        known = set(self.input_signatures)
+        for op in block.operations:
+            self._prepare_op(op, known)
+        missing = [n for n in block.outputs if n not in known]
+        if missing:
+            raise ReferenceRuntimeError(f"block outputs {missing} are never produced")
+        self.output_names = tuple(block.outputs)
+        self._steps = tuple(self._steps)
+        self._blobs = None  # every blob has been read; drop the file handles
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def _prepare_op(self, op, known):
+        outputs = tuple(o.name for o in op.outputs)
+        where = f"op '{op.type}' (output '{outputs[0] if outputs else '?'}')"
+        impl = OPS.get(op.type)
+        if impl is None:
+            raise ReferenceRuntimeError(f"{where}: unknown op type '{op.type}' "
+                                        "(not implemented by the reference backend)")
+        if op.blocks:
+            raise ReferenceRuntimeError(f"{where}: ops with nested blocks are not supported")
+        try:
+            out_sigs = tuple(
+                tensor_signature(o.type) if o.type.WhichOneof("type") == "tensorType" else None
+                for o in op.outputs)
+            if op.type == "const":
+                if "val" not in op.attributes:
+                    raise ValueDecodeError("const without a 'val' attribute")
+                value = decode_value(op.attributes["val"], self._blobs)
+                (value,) = impl({"val": value})
+                if isinstance(value, np.ndarray):
+                    value.setflags(write=False)  # shared by every run: guard against mutation
+                self._consts[outputs[0]] = value
+                self._check_output(where, outputs[0], value, out_sigs[0])
+                known.add(outputs[0])
+                return
+            tuple_params = TUPLE_INPUTS.get(op.type, frozenset())
+            inputs = []
+            for param, arg in op.inputs.items():
+                bound = []
+                for b in arg.arguments:
+                    if b.WhichOneof("binding") == "name":
+                        if b.name not in known:
+                            raise ValueDecodeError(f"input '{param}' uses undefined '{b.name}'")
+                        bound.append((_NAME, b.name))
+                    else:
+                        bound.append((_CONST, decode_value(b.value, self._blobs)))
+                if len(bound) == 1 and param not in tuple_params:
+                    inputs.append((param,) + bound[0])
+                else:
+                    inputs.append((param, _LIST, tuple(bound)))
+        except (ValueDecodeError, ReferenceRuntimeError) as e:
+            raise ReferenceRuntimeError(f"{where}: {e}") from None
+        extra = {}
+        if op.type in WANTS_OUTPUT_DTYPES:
+            extra[OUTPUT_DTYPES_KEY] = tuple(s[0] if s else None for s in out_sigs)
+        self._steps.append(_Step(impl, op.type, tuple(inputs), outputs, out_sigs, extra))
+        known.update(outputs)
+
+    @staticmethod
+    def _check_output(where, name, value, sig):
+        if sig is None:
+            return
+        dtype, shape = sig
+        if isinstance(value, str):
+            if dtype.kind != "U":
+                raise ReferenceRuntimeError(f"{where}: output '{name}' is a string, "
+                                            f"declared {dtype}")
+            return
+        if not isinstance(value, np.ndarray):
+            raise ReferenceRuntimeError(f"{where}: output '{name}' is a {type(value).__name__}, "
+                                        "not an ndarray (reference backend bug)")
+        if value.dtype != dtype or not _shape_ok(value.shape, shape):
+            raise ReferenceRuntimeError(
+                f"{where}: output '{name}' is {value.dtype}{_fmt_shape(value.shape)} but the "
+                f"program declares {dtype}{_fmt_shape(shape)}")
+
+    # -- running -------------------------------------------------------------------------------
+
+    def _check_feeds(self, feeds) -> dict:
+        unknown = [k for k in feeds if k not in self.input_signatures]
+        if unknown:
+            raise ReferenceRuntimeError(
+                f"unknown input name(s) {unknown}; the function takes "
+                f"{list(self.input_signatures)}")
+        env = {}
+        for name, (dtype, shape) in self.input_signatures.items():
+            if name not in feeds:
+                raise ReferenceRuntimeError(
+                    f"missing input '{name}' (expected {dtype}{_fmt_shape(shape)})")
+            v = feeds[name]
+            if not isinstance(v, np.ndarray):
+                v = np.asarray(v)
+            if v.dtype != dtype:
+                raise ReferenceRuntimeError(
+                    f"input '{name}' has dtype {v.dtype}, expected {dtype}")
+            if not _shape_ok(v.shape, shape):
+                raise ReferenceRuntimeError(
+                    f"input '{name}' has shape {v.shape}, expected {_fmt_shape(shape)}")
+            env[name] = v
+        return env
+
+    def run(self, feeds: dict) -> dict:
+        """feeds: input name -> np.ndarray.  Returns output name -> np.ndarray in block order."""
+        env = self._check_feeds(feeds)
+        env.update(self._consts)
+        # Inf / NaN are legitimate results of the simulated arithmetic: no numpy warnings.
+        with np.errstate(all="ignore"):
+            for step in self._steps:
+                kwargs = dict(step.extra)
+                for param, kind, payload in step.inputs:
+                    if kind == _NAME:
+                        kwargs[param] = env[payload]
+                    elif kind == _CONST:
+                        kwargs[param] = payload
+                    else:
+                        kwargs[param] = [env[p] if k == _NAME else p for k, p in payload]
+                try:
+                    results = step.fn(kwargs)
+                except ReferenceRuntimeError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - re-raised with op context
+                    raise ReferenceRuntimeError(
+                        f"{step.where()}: {type(e).__name__}: {e}") from e
+                if len(results) != len(step.outputs):
+                    raise ReferenceRuntimeError(
+                        f"{step.where()}: produced {len(results)} outputs, program declares "
+                        f"{len(step.outputs)}")
+                for name, value, sig in zip(step.outputs, results, step.out_sigs):
+                    self._check_output(step.where(), name, value, sig)
+                    env[name] = value
+        # Copies: outputs must not alias feeds, consts or each other.
+        return {n: np.array(env[n], copy=True) for n in self.output_names}
