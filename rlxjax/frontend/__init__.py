@@ -29,17 +29,20 @@ def path_name(prefix: str, path) -> str:
 
 
 def arg_names(fun: Callable, n: int) -> List[str]:
-    """Names of the first n positional parameters of fun, 'arg{i}' where unknown."""
+    """Names of the first n positional arguments of fun: the parameter names, and
+    '<star>.<i>' for those that land in a ``*args`` parameter ('arg{i}' where unknown)."""
     names = [f"arg{i}" for i in range(n)]
     try:
         params = list(inspect.signature(fun).parameters.values())
     except (TypeError, ValueError):
         return names
     for i, p in enumerate(params[:n]):
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            names[i] = p.name
-        else:
+        if p.kind == p.VAR_POSITIONAL:
+            names[i:] = [f"{p.name}.{j}" for j in range(n - i)]
             break
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            break
+        names[i] = p.name
     return names
 
 
