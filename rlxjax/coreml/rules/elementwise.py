@@ -17,6 +17,7 @@ _DIRECT_BINARY = {
     "eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal", "gt": "greater",
     "ge": "greater_equal",
 }
+_COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 _LOGICAL = {"and": "logical_and", "or": "logical_or", "xor": "logical_xor"}
 
 
@@ -67,10 +68,26 @@ for _rlx, _mil in _DIRECT_UNARY.items():
 
 
 for _rlx, _mil in _DIRECT_BINARY.items():
+    if _rlx in _COMPARE:
+        continue
 
     @lowering(_rlx)
     def _direct_binary(ctx, node, x, y, _mil=_mil):
         return ctx.b.op(_mil, ctx.out_type(node), x=x, y=y)
+
+
+@lowering(*_COMPARE)
+def _compare(ctx, node, x, y):
+    # MIL's comparisons take fp16/fp32/int32 only; JAX also compares bools (False < True).
+    t, mil = ctx.out_type(node), _DIRECT_BINARY[node.op]
+    if x.dtype != DType.bool:
+        return ctx.b.op(mil, t, x=x, y=y)
+    if node.op in ("eq", "ne"):
+        ne = ctx.b.op("logical_xor", t, x=x, y=y)
+        return ne if node.op == "ne" else ctx.b.op("logical_not", t, x=ne)
+    xi = ctx.b.op("cast", _like(x, DType.i32), x=x, dtype="int32")
+    yi = ctx.b.op("cast", _like(y, DType.i32), x=y, dtype="int32")
+    return ctx.b.op(mil, t, x=xi, y=yi)
 
 
 @lowering("and", "or", "xor")

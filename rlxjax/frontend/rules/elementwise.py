@@ -9,7 +9,7 @@ from ..registry import rule
 _SAME_NAME_UNARY = ("neg", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt",
                     "rsqrt", "abs", "sign", "floor", "ceil", "erf", "sin", "cos", "square",
                     "not")
-_SAME_NAME_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "pow", "and", "or", "xor",
+_SAME_NAME_BINARY = ("add", "sub", "mul", "div", "rem", "pow", "and", "or", "xor",
                      "eq", "ne", "lt", "le", "gt", "ge")
 
 
@@ -32,6 +32,14 @@ for _p in _SAME_NAME_UNARY:
 for _p in _SAME_NAME_BINARY:
     rule(_p)(_binary(_p))
 rule("add_any")(_binary("add"))
+
+
+@rule("max", "min")
+def _max_min(ctx, eqn, x, y):
+    # JAX orders bools False < True: max is 'or', min is 'and' (MIL's maximum takes numbers).
+    if x.dtype == DType.bool:
+        return ctx.add("or" if eqn.primitive.name == "max" else "and", x, y)
+    return ctx.add(eqn.primitive.name, x, y)
 
 
 @rule("integer_pow")
@@ -81,3 +89,19 @@ def _select_n(ctx, eqn, pred, *cases):
 def _clamp(ctx, eqn, lo, x, hi):
     # lax.clamp(lo, x, hi) = min(max(x, lo), hi)
     return ctx.add("min", ctx.add("max", x, lo), hi)
+
+
+@rule("erfc")
+def _erfc(ctx, eqn, x):
+    # MIL has erf but no erfc. 1 - erf(x) is accurate to ~1 ulp of 1 (6e-8) in absolute
+    # terms; in the far right tail (x > ~3) that is a large *relative* error on a result
+    # below 2e-5. jax.nn.gelu(approximate=False) multiplies it by x/2, which keeps it small.
+    one = ctx.constant(np.asarray(1, dtype=x.dtype.np))
+    return ctx.add("sub", one, ctx.add("erf", x))
+
+
+@rule("is_finite")
+def _is_finite(ctx, eqn, x):
+    # |x| < inf is False exactly for +-inf and NaN (every comparison with NaN is False).
+    inf = ctx.constant(np.asarray(np.inf, dtype=x.dtype.np))
+    return ctx.add("lt", ctx.add("abs", x), inf)

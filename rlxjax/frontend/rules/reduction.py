@@ -13,6 +13,8 @@ for _p in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
         axes = tuple(sorted(int(a) for a in eqn.params["axes"]))
         if not axes:
             return x
+        if x.dtype == DType.bool and _p in ("reduce_max", "reduce_min"):
+            return _reduce_bool(ctx, x, axes, _p)  # jnp.max(mask): any / all
         return ctx.add(_p, x, axes=axes)
 
 
@@ -24,4 +26,23 @@ for _p in ("argmax", "argmin"):
         if np.dtype(eqn.params["index_dtype"]) != np.dtype("int32"):
             raise ctx.unsupported(f"index_dtype {eqn.params['index_dtype']} (only int32: "
                                   "Core ML has no int64)")
+        if x.dtype == DType.bool:  # False < True, first index among ties as for numbers
+            x = ctx.add("convert", x, dtype=DType.i32)
         return ctx.add(_p, x, axis=int(axis), index_dtype=DType.i32)
+
+
+@rule("reduce_or", "reduce_and")
+def _reduce_logical(ctx, eqn, x):
+    """any / all of bools: MIL reduces numbers only, so reduce 0/1 int32 with max / min."""
+    axes = tuple(sorted(int(a) for a in eqn.params["axes"]))
+    if not axes:
+        return x
+    if x.dtype != DType.bool:
+        raise ctx.unsupported(f"bitwise reduction of {x.dtype} (Core ML has no bitwise ops)")
+    return _reduce_bool(ctx, x, axes,
+                        "reduce_max" if eqn.primitive.name == "reduce_or" else "reduce_min")
+
+
+def _reduce_bool(ctx, x, axes, op):
+    r = ctx.add(op, ctx.add("convert", x, dtype=DType.i32), axes=axes)
+    return ctx.add("convert", r, dtype=DType.bool)

@@ -59,6 +59,16 @@ def _concatenate(ctx, eqn, *xs):
     return ctx.add("concatenate", *xs, axis=int(eqn.params["dimension"]))
 
 
+@rule("stack")
+def _stack(ctx, eqn, *xs):
+    """jnp.stack (a primitive since JAX 0.9): insert the new axis, then concatenate."""
+    shape = tuple(eqn.outvars[0].aval.shape)
+    axis = int(eqn.params["axis"])
+    one = shape[:axis] + (1,) + shape[axis + 1:]
+    parts = [ctx.add("reshape", x, shape=one) for x in xs]
+    return parts[0] if len(parts) == 1 else ctx.add("concatenate", *parts, axis=axis)
+
+
 @rule("slice")
 def _slice(ctx, eqn, x):
     start = tuple(int(s) for s in eqn.params["start_indices"])
