@@ -1,2 +1,2 @@
 """Frontend rules, one module per op family; importing registers them."""
-from . import control, elementwise, linear, reduction, shape  # noqa: F401
+from . import control, elementwise, linear, norm, reduction, shape  # noqa: F401
