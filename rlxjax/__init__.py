@@ -32,9 +32,10 @@ from .errors import (  # noqa: E402
     UnsupportedDTypeError, UnsupportedPrimitiveError, ValidationError,
 )
 from .api import Compiled, CoreMLFunction, Lowered, coreml_jit  # noqa: E402
+from .grad_api import coreml_grad, coreml_value_and_grad  # noqa: E402
 
 __all__ = [
-    "coreml_jit", "Compiled", "CoreMLFunction", "Lowered",
+    "coreml_jit", "coreml_grad", "coreml_value_and_grad", "Compiled", "CoreMLFunction", "Lowered",
     "RlxError", "ArgumentError", "BackendUnavailableError", "DynamicShapeError", "TargetError",
     "UnsupportedDTypeError", "UnsupportedPrimitiveError", "ValidationError",
 ]

@@ -179,7 +179,12 @@ class CoreMLFunction:
             lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
             else x, list(dyn))
         traced = trace(positional, specs, self._names(len(args)))
+        traced = self._transform(traced, args)
         return Lowered(traced, self.target, self.precision, self.backend)
+
+    def _transform(self, traced: Traced, args) -> Traced:
+        """Hook for wrappers that rewrite the traced graph (coreml_grad)."""
+        return traced
 
     def _key(self, args):
         static, dyn = self._split(args)

@@ -262,3 +262,20 @@ def _dot_general(ts, p):
 def _stop_gradient(ts, p):
     """Identity in the forward program; the grad transform sends no cotangent through it."""
     return [ts[0]]
+
+
+@defop("pad", "shape", 2)
+def _pad(ts, p):
+    """lax.pad: [x, padding value (rank 0)], config = ((lo, hi, interior), ...) per dim;
+    negative lo/hi remove elements after interior padding."""
+    x, v = ts
+    _require(v.rank == 0 and v.dtype == x.dtype, f"pad value must be a {x.dtype} scalar, got {v}")
+    cfg = p["config"]
+    _require(len(cfg) == x.rank, f"pad config {cfg} for {x}")
+    out = []
+    for (lo, hi, interior), d in zip(cfg, x.shape):
+        _require(interior >= 0, f"negative interior padding {interior}")
+        n = lo + hi + d + max(0, d - 1) * interior
+        _require(n >= 0, f"pad config {cfg} gives a negative size for {x}")
+        out.append(n)
+    return [x.with_shape(out)]

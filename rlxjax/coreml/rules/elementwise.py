@@ -6,6 +6,7 @@ import numpy as np
 from ...ir import DType, TensorType, broadcast_shapes
 from ..builder import cast_name
 from ..registry import lowering
+from .shape import reshape
 
 _DIRECT_UNARY = {
     "exp": "exp", "exp2": "exp2", "tanh": "tanh", "sqrt": "sqrt", "erf": "erf", "sin": "sin",
@@ -57,7 +58,18 @@ class Ew:
     def select(self, cond, a, b):
         t = TensorType(broadcast_shapes(_shape(cond), _shape(a), _shape(b)),
                        _first_var_dtype(a, b))
-        return self.b.op("select", t, cond=cond, a=a, b=b)
+        return select(self.b, t, cond, a, b)
+
+
+def select(b, t, cond, x, y):
+    """MIL select. coremltools infers the result's shape from the two branches alone, so
+    when only ``cond`` carries the full shape, the first branch is tiled to it first."""
+    if broadcast_shapes(_shape(x), _shape(y)) != tuple(t.shape):
+        xv = b.const(x) if isinstance(x, np.ndarray) else x
+        full = (1,) * (t.rank - xv.type.rank) + tuple(xv.shape)
+        reps = [d // s for d, s in zip(t.shape, full)]
+        x = b.op("tile", t, x=reshape(b, xv, full), reps=np.asarray(reps, np.int32))
+    return b.op("select", t, cond=cond, a=x, b=y)
 
 
 for _rlx, _mil in _DIRECT_UNARY.items():
@@ -128,7 +140,7 @@ def _stop_gradient(ctx, node, x):
 
 @lowering("select")
 def _select(ctx, node, pred, on_false, on_true):
-    return ctx.b.op("select", ctx.out_type(node), cond=pred, a=on_true, b=on_false)
+    return select(ctx.b, ctx.out_type(node), pred, on_true, on_false)
 
 
 @lowering("convert")

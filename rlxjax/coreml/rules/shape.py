@@ -64,3 +64,54 @@ def _slice(ctx, node, x):
     return ctx.b.op("slice_by_index", ctx.out_type(node), x=x,
                     begin=np.asarray(p["start"], np.int32), end=np.asarray(p["limit"], np.int32),
                     stride=np.asarray(p["strides"], np.int32))
+
+
+def _slice_axis(b, x, axis, start, stop):
+    begin = [0] * x.type.rank
+    end = list(x.shape)
+    begin[axis], end[axis] = start, stop
+    shape = list(x.shape)
+    shape[axis] = stop - start
+    return b.op("slice_by_index", TensorType(tuple(shape), x.dtype), x=x,
+                begin=np.asarray(begin, np.int32), end=np.asarray(end, np.int32),
+                stride=np.ones(x.type.rank, np.int32))
+
+
+def _const_pad(b, x, pads, value):
+    """MIL pad (constant mode) with non-negative (lo, hi) per axis."""
+    if all(lo == 0 and hi == 0 for lo, hi in pads):
+        return x
+    shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pads))
+    return b.op("pad", TensorType(shape, x.dtype), x=x,
+                pad=np.asarray([v for lh in pads for v in lh], np.int32), mode="constant",
+                constant_val=np.asarray(value, x.dtype.np))
+
+
+@lowering("pad")
+def _pad(ctx, node, x, _value):
+    from ...ir import constant_value
+
+    value = constant_value(node.inputs[1])
+    if value is None:
+        raise ctx.unsupported(node, "padding with a runtime value (MIL's pad takes a "
+                                    "constant); pad with a constant instead")
+    b = ctx.b
+    for axis, (_, _, k) in enumerate(node.params["config"]):
+        if k == 0 or x.shape[axis] <= 1:
+            continue
+        # Interior padding: [.., d, ..] -> [.., d, 1, ..] -> pad to [.., d, k+1, ..]
+        # -> [.., d*(k+1), ..] -> drop the k trailing fill values.
+        d = x.shape[axis]
+        split = x.shape[:axis + 1] + (1,) + x.shape[axis + 1:]
+        y = reshape(b, x, split)
+        pads = [(0, 0)] * len(split)
+        pads[axis + 1] = (0, k)
+        y = _const_pad(b, y, pads, value)
+        y = reshape(b, y, x.shape[:axis] + (d * (k + 1),) + x.shape[axis + 1:])
+        x = _slice_axis(b, y, axis, 0, d + (d - 1) * k)
+    cfg = node.params["config"]
+    x = _const_pad(b, x, [(max(lo, 0), max(hi, 0)) for lo, hi, _ in cfg], value)
+    for axis, (lo, hi, _) in enumerate(cfg):
+        if lo < 0 or hi < 0:
+            x = _slice_axis(b, x, axis, max(-lo, 0), x.shape[axis] - max(-hi, 0))
+    return x

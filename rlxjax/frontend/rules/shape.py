@@ -87,3 +87,11 @@ def _iota(ctx, eqn):
     ramp = np.arange(shape[dim], dtype=np.dtype(p["dtype"]))
     ramp = ramp.reshape([-1 if i == dim else 1 for i in range(len(shape))])
     return ctx.constant(np.broadcast_to(ramp, shape).copy())
+
+
+@rule("pad")
+def _pad(ctx, eqn, x, value):
+    cfg = tuple((int(lo), int(hi), int(i)) for lo, hi, i in eqn.params["padding_config"])
+    if all(c == (0, 0, 0) for c in cfg):
+        return x
+    return ctx.add("pad", x, value, config=cfg)

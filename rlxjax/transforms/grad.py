@@ -1,0 +1,122 @@
+"""Reverse-mode AD on the RLX graph.
+
+The backward pass is appended to the forward graph: cotangents flow from the loss back to
+the requested inputs through one VJP rule per op (vjp/<family>.py), cotangents of a value
+read several times are summed, symbolic zeros (``None``) are never materialised unless an
+output needs them, and dead code is removed at the end.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import RlxError, UnsupportedPrimitiveError
+from ..ir import Graph, TensorType, Value, verify
+from . import vjp  # noqa: F401  (registers the rules)
+from .rewrite import dce
+from .vjp.registry import NON_DIFFERENTIABLE, VJPS
+
+
+class GradContext:
+    """What VJP rules build with: nodes appended to the graph under differentiation."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.source: Optional[str] = None
+
+    def add(self, op: str, *inputs: Value, **params) -> Value:
+        return self.graph.add_node(op, inputs, params, self.source).output
+
+    def add_multi(self, op: str, inputs: Sequence[Value], **params):
+        return self.graph.add_node(op, inputs, params, self.source).outputs
+
+    def constant(self, value, dtype=None) -> Value:
+        return self.graph.add_node("constant", (), {"value": np.asarray(value, dtype=dtype)},
+                                   self.source).output
+
+    def scalar(self, v, like: Value) -> Value:
+        return self.constant(np.asarray(v, dtype=like.dtype.np))
+
+    def zeros(self, t: TensorType) -> Value:
+        zero = self.constant(np.zeros((), t.dtype.np))
+        if t.rank == 0:
+            return zero
+        return self.add("broadcast_in_dim", zero, shape=tuple(t.shape), dims=())
+
+    def instantiate(self, ct: Optional[Value], t: TensorType) -> Value:
+        return self.zeros(t) if ct is None else ct
+
+    def sum_to(self, ct: Value, shape) -> Value:
+        """Undo numpy broadcasting: sum ``ct`` down to ``shape``."""
+        shape = tuple(shape)
+        if tuple(ct.shape) == shape:
+            return ct
+        lead = ct.type.rank - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + i for i, d in enumerate(shape) if d == 1 and ct.shape[lead + i] != 1)
+        r = self.add("reduce_sum", ct, axes=axes) if axes else ct
+        return r if tuple(r.shape) == shape else self.add("reshape", r, shape=shape)
+
+
+def _differentiable(v: Value) -> bool:
+    return v.dtype.is_float
+
+
+def active_values(graph: Graph, wrt: Sequence[Value]) -> set:
+    """Ids of float values that depend on ``wrt`` through differentiable ops."""
+    active = {v.id for v in wrt}
+    for n in graph.nodes:
+        if n.op in NON_DIFFERENTIABLE:
+            continue
+        if any(v.id in active for v in n.inputs):
+            active.update(v.id for v in n.outputs if _differentiable(v))
+    return active
+
+
+def backward(graph: Graph, loss: Value, wrt: Sequence[Value]) -> List[Value]:
+    """Append the backward pass of ``loss`` w.r.t. ``wrt`` to ``graph``; return the
+    gradients (one per ``wrt``, zeros where ``loss`` does not depend on it)."""
+    if loss.type.rank != 0 or not loss.dtype.is_float:
+        raise RlxError(f"the loss must be a float scalar, got {loss.type}")
+    forward = list(graph.nodes)
+    active = active_values(graph, wrt)
+    ctx = GradContext(graph)
+    cts: Dict[int, Value] = {loss.id: ctx.scalar(1.0, loss)} if loss.id in active else {}
+
+    for node in reversed(forward):
+        out_cts = [cts.get(v.id) for v in node.outputs]
+        if all(c is None for c in out_cts):
+            continue
+        needs = [v.id in active for v in node.inputs]
+        if not any(needs):
+            continue
+        rule = VJPS.get(node.op)
+        if rule is None:
+            raise UnsupportedPrimitiveError(node.op, node.source,
+                                            "rlxjax has no gradient rule for this op yet")
+        ctx.source = node.source
+        in_cts = rule(ctx, node, out_cts, needs)
+        for v, c, need in zip(node.inputs, in_cts, needs):
+            if c is None or not need:
+                continue
+            if c.type != v.type:
+                raise RlxError(f"internal: VJP of {node.op} gave {c.type} for input {v.type}")
+            prev = cts.get(v.id)
+            cts[v.id] = c if prev is None else ctx.add("add", prev, c)
+    return [ctx.instantiate(cts.get(v.id), v.type) for v in wrt]
+
+
+def grad_graph(graph: Graph, loss_index: int, wrt_indices: Sequence[int],
+               keep_outputs: Sequence[int], grads_first: bool = False) -> Graph:
+    """Turn ``graph`` (in place) into: outputs ``keep_outputs`` and the gradients of output
+    ``loss_index`` w.r.t. inputs ``wrt_indices`` (named ``grad.<input name>``), the
+    gradients after the kept outputs or, with ``grads_first``, before them."""
+    loss = graph.outputs[loss_index][1]
+    wrt = [graph.inputs[i][1] for i in wrt_indices]
+    grads = backward(graph, loss, wrt)
+    kept = [graph.outputs[i] for i in keep_outputs]
+    named = [(f"grad.{graph.inputs[i][0]}", g) for i, g in zip(wrt_indices, grads)]
+    graph.outputs = named + kept if grads_first else kept + named
+    dce(graph)
+    return verify(graph)

@@ -1,0 +1,78 @@
+"""Graph rewriting utilities shared by the transforms: use lists, substitution, DCE."""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Sequence
+
+from ..ir import Graph, Node, Value
+
+
+def users(graph: Graph) -> Dict[int, List[Node]]:
+    """value id -> nodes reading it (each node once per value)."""
+    out: Dict[int, List[Node]] = {}
+    for n in graph.nodes:
+        for v in dict.fromkeys(n.inputs):
+            out.setdefault(v.id, []).append(n)
+    return out
+
+
+def output_ids(graph: Graph) -> set:
+    return {v.id for _, v in graph.outputs}
+
+
+def substitute(graph: Graph, mapping: Dict[int, Value]) -> None:
+    """Make every reader of value id k read mapping[k] instead (inputs and outputs)."""
+    if not mapping:
+        return
+    for n in graph.nodes:
+        if any(v.id in mapping for v in n.inputs):
+            n.inputs = tuple(mapping.get(v.id, v) for v in n.inputs)
+    graph.outputs = [(name, mapping.get(v.id, v)) for name, v in graph.outputs]
+
+
+def dce(graph: Graph) -> int:
+    """Drop nodes whose outputs nobody reads; returns how many were removed."""
+    live = output_ids(graph)
+    kept: List[Node] = []
+    for n in reversed(graph.nodes):
+        if any(v.id in live for v in n.outputs):
+            kept.append(n)
+            live.update(v.id for v in n.inputs)
+    removed = len(graph.nodes) - len(kept)
+    graph.nodes = kept[::-1]
+    return removed
+
+
+def insert_before(graph: Graph, anchor: Node, new_nodes: Sequence[Node]) -> None:
+    """Move the (just appended) ``new_nodes`` to just before ``anchor``."""
+    ids = {id(n) for n in new_nodes}
+    rest = [n for n in graph.nodes if id(n) not in ids]
+    i = next(k for k, n in enumerate(rest) if n is anchor)
+    graph.nodes = rest[:i] + list(new_nodes) + rest[i:]
+
+
+class Appender:
+    """Build replacement nodes with the graph's own type inference, then place them."""
+
+    def __init__(self, graph: Graph, source=None):
+        self.graph = graph
+        self.source = source
+        self.nodes: List[Node] = []
+
+    def add_node(self, op: str, inputs: Iterable[Value], **params) -> Node:
+        n = self.graph.add_node(op, list(inputs), params, self.source)
+        self.nodes.append(n)
+        return n
+
+    def add(self, op: str, *inputs: Value, **params) -> Value:
+        return self.add_node(op, inputs, **params).output
+
+    def constant(self, value, dtype=None) -> Value:
+        import numpy as np
+
+        n = self.graph.add_node("constant", (), {"value": np.asarray(value, dtype=dtype)})
+        self.nodes.append(n)
+        return n.output
+
+    def place_before(self, anchor: Node) -> None:
+        insert_before(self.graph, anchor, self.nodes)
+        self.nodes = []
