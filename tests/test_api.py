@@ -196,3 +196,12 @@ def test_coreml_backend_matches_jax():  # runs on macOS only
     f = lambda x: jnp.tanh(x) * 2  # noqa: E731
     got = rlxjax.coreml_jit(f, backend="coreml")(_x(3, 4))
     np.testing.assert_allclose(got, np.asarray(f(_x(3, 4))), rtol=1e-5, atol=1e-6)
+
+
+def test_validation_error_names_the_op():
+    compiled = rlxjax.coreml_jit(lambda x: jnp.tanh(x)).lower(_x(3)).compile()
+    block = compiled.spec.mlProgram.functions["main"].block_specializations["CoreML7"]
+    tanh = next(op for op in block.operations if op.type == "tanh")
+    tanh.outputs[0].type.tensorType.dimensions[0].constant.size = 4  # declare a wrong shape
+    with pytest.raises(rlxjax.ValidationError, match="at op tanh -> out"):
+        compiled.validate()

@@ -19,13 +19,26 @@ _ARRAY_DTYPES = {
 }
 
 
+def _failing_op(exc: BaseException) -> str:
+    """' at op <type> -> <output>' when the loader's traceback shows which op it was
+    loading (best effort: the loader's own messages do not say)."""
+    tb, found = exc.__traceback__, ""
+    while tb is not None:
+        spec = tb.tb_frame.f_locals.get("op_spec")
+        if spec is not None and hasattr(spec, "outputs"):
+            outs = ", ".join(o.name for o in spec.outputs)
+            found = f" at op {spec.type} -> {outs}"
+        tb = tb.tb_next
+    return found
+
+
 def validate_model(model, weights_dir: str):
     """Load ``model`` through coremltools; return the pymil Program, or raise ValidationError."""
     try:
         prog = _load_milproto(model, model.specificationVersion, weights_dir)
     except Exception as e:  # any loader failure is a defect in the program we emitted
-        raise ValidationError(f"coremltools' MIL loader rejected the program: "
-                              f"{type(e).__name__}: {e}") from e
+        raise ValidationError(f"coremltools' MIL loader rejected the program"
+                              f"{_failing_op(e)}: {type(e).__name__}: {e}") from e
     fn = prog.functions["main"]
     outputs = {v.name: v for v in fn.outputs}
     for feat in model.description.output:
