@@ -17,6 +17,7 @@ from .errors import ArgumentError
 from .frontend import Traced, arg_names, trace
 from .ir import Graph, TensorType, dtype_from_numpy
 from .runtime import make_backend, resolve_backend
+from .transforms.recognize_norms import recognize_norms
 
 
 def _canonical(x) -> np.ndarray:
@@ -179,6 +180,9 @@ class CoreMLFunction:
             lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
             else x, list(dyn))
         traced = trace(positional, specs, self._names(len(args)))
+        # Decomposed norms (flax, equinox, hand-written) become RLX norm nodes before any
+        # other transform, so the grad transform pairs them with their fused backward.
+        recognize_norms(traced.graph)
         traced = self._transform(traced, args)
         return Lowered(traced, self.target, self.precision, self.backend)
 
