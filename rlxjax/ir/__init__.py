@@ -2,6 +2,7 @@
 from .types import DType, Dyn, TensorType, UnsupportedDTypeError, dtype_from_numpy
 from .graph import Graph, Node, Params, Value, constant_value
 from . import norm as _norm_ops  # noqa: F401  (registers the norm family)
+from . import norm_grad as _norm_grad_ops  # noqa: F401  (registers the norm_grad family)
 from .ops import OPS, IRTypeError, OpDef, broadcast_shapes, infer_types
 from .verify import GraphVerificationError, verify
 from .printer import format_graph

@@ -1,0 +1,127 @@
+"""Small models shared by the model-level tests and the benchmarks (flax.linen)."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import rlxjax.nn as rnn
+
+
+def cross_entropy(logits, labels_onehot):
+    return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * labels_onehot, axis=-1))
+
+
+class MLP(nn.Module):
+    """LayerNorm -> Dense -> gelu -> Dense."""
+    hidden: int = 32
+    classes: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.LayerNorm()(x)
+        x = nn.gelu(nn.Dense(self.hidden)(x))
+        return nn.Dense(self.classes)(x)
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: RMSNorm -> multi-head self-attention -> residual -> LayerNorm ->
+    MLP -> residual."""
+    d: int = 32
+    heads: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.RMSNorm()(x)
+        b, t, d = h.shape
+        qkv = nn.Dense(3 * d)(h).reshape(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        att = jax.nn.softmax(jnp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(d // self.heads))
+        o = jnp.einsum("bhts,bshd->bthd", att, v).reshape(b, t, d)
+        x = x + nn.Dense(d)(o)
+        h = nn.LayerNorm()(x)
+        return x + nn.Dense(d)(nn.gelu(nn.Dense(2 * d)(h)))
+
+
+class ChannelNet(nn.Module):
+    """NHWC feature maps: GroupNorm -> per-pixel Dense -> gelu -> GroupNorm -> pool ->
+    classifier (convolutions arrive with the primitive-coverage work)."""
+    channels: int = 8
+    classes: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.GroupNorm(num_groups=2)(nn.Dense(self.channels)(x))
+        x = nn.gelu(x)
+        x = nn.GroupNorm(num_groups=4)(nn.Dense(self.channels)(x))
+        return nn.Dense(self.classes)(x.mean(axis=(1, 2)))
+
+
+class DiTBlock(nn.Module):
+    """adaLN-Zero: conditioning -> (shift, scale, gate) x 2; attention-free token mixer."""
+    d: int = 32
+
+    @nn.compact
+    def __call__(self, x, c):
+        mod = nn.Dense(6 * self.d)(jax.nn.silu(c))[:, None, :]
+        s1, sc1, g1, s2, sc2, g2 = jnp.split(mod, 6, axis=-1)
+        h = rnn.ada_layer_norm(x, sc1, s1, kind="layer")
+        x = rnn.gated_residual(x, nn.Dense(self.d)(h), g1)
+        h = rnn.ada_layer_norm(x, sc2, s2, kind="rms")
+        return rnn.gated_residual(x, nn.Dense(self.d)(nn.gelu(nn.Dense(2 * self.d)(h))), g2)
+
+
+class BNNet(nn.Module):
+    """Dense -> BatchNorm (training mode, batch statistics) -> relu -> Dense."""
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        x = nn.Dense(16)(x)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
+        return nn.Dense(4)(jax.nn.relu(x))
+
+
+def rng_data(seed, *shapes):
+    r = np.random.default_rng(seed)
+    return [r.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def onehot(seed, n, classes):
+    r = np.random.default_rng(seed)
+    return np.eye(classes, dtype=np.float32)[r.integers(0, classes, n)]
+
+
+def workloads():
+    """name -> (loss(params, *batch), params, batch): the models above as training losses."""
+    out = {}
+    x, = rng_data(0, (8, 16))
+    y = onehot(1, 8, 4)
+    m = MLP()
+    out["mlp_layernorm"] = (lambda p, x, y: cross_entropy(m.apply(p, x), y),
+                            m.init(jax.random.PRNGKey(0), x), (x, y))
+    xt, = rng_data(2, (2, 8, 32))
+    tb = TransformerBlock()
+    out["transformer_block"] = (lambda p, x: jnp.mean(tb.apply(p, x) ** 2),
+                                tb.init(jax.random.PRNGKey(1), xt), (xt,))
+    xc, = rng_data(3, (2, 4, 4, 3))
+    cn = ChannelNet()
+    yc = onehot(4, 2, 4)
+    out["channelnet_groupnorm"] = (lambda p, x, y: cross_entropy(cn.apply(p, x), y),
+                                   cn.init(jax.random.PRNGKey(2), xc), (xc, yc))
+    xd, cd = rng_data(5, (2, 6, 32), (2, 16))
+    dit = DiTBlock()
+    out["dit_block"] = (lambda p, x, c: jnp.mean(dit.apply(p, x, c) ** 2),
+                        dit.init(jax.random.PRNGKey(3), xd, cd), (xd, cd))
+    xb, = rng_data(6, (8, 5))
+    yb = onehot(7, 8, 4)
+    bn = BNNet()
+    vb = bn.init(jax.random.PRNGKey(4), xb)
+
+    def bn_loss(params, stats, x, y):
+        logits, upd = bn.apply({"params": params, "batch_stats": stats}, x,
+                               mutable=["batch_stats"])
+        return cross_entropy(logits, y), upd["batch_stats"]
+
+    out["batchnorm_train"] = (bn_loss, vb["params"], (vb["batch_stats"], xb, yb))
+    return out
