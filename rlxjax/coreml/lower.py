@@ -163,16 +163,17 @@ def _from_io(ctx, var: Var, t: TensorType) -> Var:
 def _to_io(ctx, var: Var, mil_name: str, renamed: set) -> Var:
     """A graph output value -> a block output named ``mil_name`` that Core ML can return."""
     b = ctx.b
-    start = len(b.ops)
     io_dtype = _io_dtype(var.dtype)
     if var.dtype != io_dtype:
         var = b.op("cast", TensorType(var.shape, io_dtype), x=var, dtype=cast_name(io_dtype))
     if var.type.rank == 0:
         var = b.op("reshape", TensorType((1,), var.dtype), x=var, shape=np.asarray([1], np.int32))
-    fresh_op = len(b.ops) > start
+    # Rename the producing op's output in place when it is ours alone; a function input,
+    # a (shared, cached) constant or a value already named as another output gets an
+    # identity op carrying the output name instead.
     own = var.producer is not None and var.producer.type != "const" and id(var) not in renamed
-    if not (fresh_op or own):
-        var = b.op("identity", var.type, x=var)
+    if not own:
+        var = b.op("identity", var.type, fold=False, x=var)
     b.rename(var, mil_name)
     renamed.add(id(var))
     return var

@@ -136,6 +136,16 @@ def _select(ts, p):
     return [TensorType(broadcast_shapes(c.shape, f.shape, t.shape), f.dtype)]
 
 
+@defop("clamp", "elementwise", 3)
+def _clamp(ts, p):
+    """clamp(lo, x, hi) = min(max(x, lo), hi), numpy broadcasting. An op of its own (not
+    max/min) because its gradient differs from theirs at the bounds, as in JAX."""
+    lo, x, hi = ts
+    _require(lo.dtype == x.dtype == hi.dtype, f"clamp dtypes differ: {lo}, {x}, {hi}")
+    _require(x.dtype != DType.bool, f"clamp needs numeric inputs, got {x}")
+    return [TensorType(broadcast_shapes(lo.shape, x.shape, hi.shape), x.dtype)]
+
+
 @defop("convert", "elementwise", 1)
 def _convert(ts, p):
     (t,) = ts

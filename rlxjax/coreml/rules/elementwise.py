@@ -143,6 +143,13 @@ def _select(ctx, node, pred, on_false, on_true):
     return select(ctx.b, ctx.out_type(node), pred, on_true, on_false)
 
 
+@lowering("clamp")
+def _clamp(ctx, node, lo, x, hi):
+    # MIL's clip wants const bounds; lax.clamp(lo, x, hi) is min(max(x, lo), hi) exactly.
+    e = Ew(ctx.b)
+    return e.binary("minimum", e.binary("maximum", x, lo), hi)
+
+
 @lowering("convert")
 def _convert(ctx, node, x):
     t = ctx.out_type(node)

@@ -8,12 +8,16 @@ from ..registry import lowering
 
 @lowering("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
 def _reduce(ctx, node, x):
+    # keep_dims is left at its default (False) rather than written as a const: with
+    # numpy >= 2, coremltools' value inference of a reduction over a compile-time constant
+    # (e.g. a broadcast cotangent in a gradient graph) passes that const's np.bool_ value
+    # as numpy's keepdims, which numpy rejects, so the loader refused the program.
     return ctx.b.op(node.op, ctx.out_type(node), x=x,
-                    axes=np.asarray(node.params["axes"], np.int32), keep_dims=False)
+                    axes=np.asarray(node.params["axes"], np.int32))
 
 
 @lowering("argmax", "argmin")
 def _arg(ctx, node, x):
     # Both JAX and MIL return the first index among equal extrema.
     return ctx.b.op("reduce_" + node.op, ctx.out_type(node), x=x,
-                    axis=np.int32(node.params["axis"]), keep_dims=False)
+                    axis=np.int32(node.params["axis"]))  # keep_dims: see _reduce

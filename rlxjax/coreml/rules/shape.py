@@ -87,16 +87,46 @@ def _const_pad(b, x, pads, value):
                 constant_val=np.asarray(value, x.dtype.np))
 
 
+def _lax_pad_mask(shape, cfg):
+    """Bool array of lax.pad(x, v, cfg)'s output shape: True where the result is v."""
+    m = np.zeros(shape, bool)
+    for axis, (lo, hi, k) in enumerate(cfg):
+        n = m.shape[axis]
+        if k and n > 1:
+            full = list(m.shape)
+            full[axis] = n + (n - 1) * k
+            spread = np.ones(full, bool)
+            idx = [slice(None)] * m.ndim
+            idx[axis] = slice(None, None, k + 1)
+            spread[tuple(idx)] = m
+            m = spread
+        widths = [(0, 0)] * m.ndim
+        widths[axis] = (max(lo, 0), max(hi, 0))
+        m = np.pad(m, widths, constant_values=True)
+        idx = [slice(None)] * m.ndim
+        idx[axis] = slice(max(-lo, 0), m.shape[axis] - max(-hi, 0))
+        m = m[tuple(idx)]
+    return m
+
+
 @lowering("pad")
-def _pad(ctx, node, x, _value):
+def _pad(ctx, node, x, value_var):
     from ...ir import constant_value
+    from .elementwise import select
 
     value = constant_value(node.inputs[1])
     if value is None:
-        raise ctx.unsupported(node, "padding with a runtime value (MIL's pad takes a "
-                                    "constant); pad with a constant instead")
-    b = ctx.b
-    for axis, (_, _, k) in enumerate(node.params["config"]):
+        # MIL's pad takes a const fill: pad with 0, then select the runtime value at the
+        # padded positions (a const mask), which is exact for every value.
+        cfg = node.params["config"]
+        padded = _pad_const(ctx.b, x, cfg, 0)
+        mask = _lax_pad_mask(x.shape, cfg)
+        return select(ctx.b, ctx.out_type(node), mask, value_var, padded)
+    return _pad_const(ctx.b, x, node.params["config"], value)
+
+
+def _pad_const(b, x, config, value):
+    for axis, (_, _, k) in enumerate(config):
         if k == 0 or x.shape[axis] <= 1:
             continue
         # Interior padding: [.., d, ..] -> [.., d, 1, ..] -> pad to [.., d, k+1, ..]
@@ -109,7 +139,7 @@ def _pad(ctx, node, x, _value):
         y = _const_pad(b, y, pads, value)
         y = reshape(b, y, x.shape[:axis] + (d * (k + 1),) + x.shape[axis + 1:])
         x = _slice_axis(b, y, axis, 0, d + (d - 1) * k)
-    cfg = node.params["config"]
+    cfg = config
     x = _const_pad(b, x, [(max(lo, 0), max(hi, 0)) for lo, hi, _ in cfg], value)
     for axis, (lo, hi, _) in enumerate(cfg):
         if lo < 0 or hi < 0:

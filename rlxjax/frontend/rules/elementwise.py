@@ -87,8 +87,9 @@ def _select_n(ctx, eqn, pred, *cases):
 
 @rule("clamp")
 def _clamp(ctx, eqn, lo, x, hi):
-    # lax.clamp(lo, x, hi) = min(max(x, lo), hi)
-    return ctx.add("min", ctx.add("max", x, lo), hi)
+    # Its own op, not min(max(x, lo), hi): lax.clamp's gradient is zero at the bounds,
+    # where max/min would split the cotangent.
+    return ctx.add("clamp", lo, x, hi)
 
 
 @rule("erfc")

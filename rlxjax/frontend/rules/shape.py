@@ -8,8 +8,11 @@ from ..registry import rule
 
 @rule("reshape")
 def _reshape(ctx, eqn, x):
-    if eqn.params.get("dimensions") is not None:
-        raise ctx.unsupported("reshape with 'dimensions' (a transposing reshape)")
+    dims = eqn.params.get("dimensions")
+    if dims is not None:
+        # lax.reshape(x, shape, dimensions): transpose by `dimensions`, then reshape (JAX's
+        # reduce_prod JVP emits one).
+        x = _transpose_by(ctx, x, tuple(int(d) for d in dims))
     shape = tuple(eqn.params["new_sizes"])
     if shape == x.shape:
         return x
@@ -29,12 +32,15 @@ def _expand_dims(ctx, eqn, x):
     return ctx.add("reshape", x, shape=shape)
 
 
-@rule("transpose")
-def _transpose(ctx, eqn, x):
-    perm = tuple(int(p) for p in eqn.params["permutation"])
+def _transpose_by(ctx, x, perm):
     if perm == tuple(range(len(perm))):
         return x
     return ctx.add("transpose", x, perm=perm)
+
+
+@rule("transpose")
+def _transpose(ctx, eqn, x):
+    return _transpose_by(ctx, x, tuple(int(p) for p in eqn.params["permutation"]))
 
 
 @rule("broadcast_in_dim")
@@ -67,6 +73,20 @@ def _stack(ctx, eqn, *xs):
     one = shape[:axis] + (1,) + shape[axis + 1:]
     parts = [ctx.add("reshape", x, shape=one) for x in xs]
     return parts[0] if len(parts) == 1 else ctx.add("concatenate", *parts, axis=axis)
+
+
+@rule("split")
+def _split(ctx, eqn, x):
+    """lax.split (jnp.split, and JAX's transpose of concatenate): one slice per piece."""
+    axis, rank = int(eqn.params["axis"]), x.type.rank
+    outs, start = [], 0
+    for n in (int(n) for n in eqn.params["sizes"]):
+        lo, hi = [0] * rank, list(x.shape)
+        lo[axis], hi[axis] = start, start + n
+        outs.append(x if n == x.shape[axis] else
+                    ctx.add("slice", x, start=tuple(lo), limit=tuple(hi), strides=(1,) * rank))
+        start += n
+    return outs
 
 
 @rule("slice")

@@ -112,7 +112,9 @@ _UNARY = {
     "sqrt": lambda c, x, o, ct, n: c.add("mul", ct, c.add("div", _k(c, 0.5, o), o)),
     "rsqrt": lambda c, x, o, ct, n: c.add(
         "mul", ct, c.add("mul", _k(c, -0.5, o), c.add("div", o, x))),
-    "abs": lambda c, x, o, ct, n: c.add("mul", ct, c.add("sign", x)),
+    # JAX: +ct where x >= 0 (so at 0 too, unlike sign(x)), -ct elsewhere
+    "abs": lambda c, x, o, ct, n: c.add(
+        "select", c.add("ge", x, _k(c, 0.0, x)), c.add("neg", ct), ct),
     "erf": lambda c, x, o, ct, n: c.add("mul", ct, c.add(
         "mul", _k(c, 2.0 / math.sqrt(math.pi), x), c.add("exp", c.add("neg", c.add("mul", x, x))))),
     "sin": lambda c, x, o, ct, n: c.add("mul", ct, c.add("cos", x)),
@@ -145,6 +147,21 @@ def _select(ctx, node, cts, needs):
     if needs[2]:
         out[2] = ctx.sum_to(ctx.add("select", pred, zero, ct), t.shape)
     return out
+
+
+@vjp_rule("clamp")
+def _clamp(ctx, node, cts, needs):
+    # JAX's clamp JVP: x gets the cotangent strictly inside (lo, hi), lo where it is above
+    # x and below hi, hi where it is below x; nobody on exact ties.
+    (ct,), (lo, x, hi) = cts, node.inputs
+    zero = ctx.scalar(0.0, ct)
+    conds = [
+        lambda: ctx.add("and", ctx.add("gt", lo, x), ctx.add("lt", lo, hi)),
+        lambda: ctx.add("and", ctx.add("gt", x, lo), ctx.add("lt", x, hi)),
+        lambda: ctx.add("lt", hi, x),
+    ]
+    return [ctx.sum_to(ctx.add("select", cond(), zero, ct), v.shape) if need else None
+            for cond, v, need in zip(conds, node.inputs, needs)]
 
 
 @vjp_rule("convert")
