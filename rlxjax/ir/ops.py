@@ -77,7 +77,7 @@ def broadcast_shapes(*shapes):
 
 
 FLOAT_UNARY = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt",
-               "floor", "ceil", "erf", "sin", "cos")
+               "floor", "ceil", "erf", "erfc", "sin", "cos")
 NUMERIC_UNARY = ("neg", "abs", "sign", "square")
 UNARY = FLOAT_UNARY + NUMERIC_UNARY + ("round", "not", "integer_pow", "copy")
 ARITH_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "pow")

@@ -1,3 +1,3 @@
 """Core ML lowerings, one module per op family; importing registers them."""
-from . import constant, elementwise, linear, norm, reduction, shape  # noqa: F401
+from . import constant, elementwise, linear, norm, reduction, shape, special  # noqa: F401
 from . import norm_grad  # noqa: F401

@@ -94,11 +94,7 @@ def _clamp(ctx, eqn, lo, x, hi):
 
 @rule("erfc")
 def _erfc(ctx, eqn, x):
-    # MIL has erf but no erfc. 1 - erf(x) is accurate to ~1 ulp of 1 (6e-8) in absolute
-    # terms; in the far right tail (x > ~3) that is a large *relative* error on a result
-    # below 2e-5. jax.nn.gelu(approximate=False) multiplies it by x/2, which keeps it small.
-    one = ctx.constant(np.asarray(1, dtype=x.dtype.np))
-    return ctx.add("sub", one, ctx.add("erf", x))
+    return ctx.add("erfc", x)
 
 
 @rule("is_finite")

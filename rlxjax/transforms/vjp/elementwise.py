@@ -117,6 +117,8 @@ _UNARY = {
         "select", c.add("ge", x, _k(c, 0.0, x)), c.add("neg", ct), ct),
     "erf": lambda c, x, o, ct, n: c.add("mul", ct, c.add(
         "mul", _k(c, 2.0 / math.sqrt(math.pi), x), c.add("exp", c.add("neg", c.add("mul", x, x))))),
+    "erfc": lambda c, x, o, ct, n: c.add("mul", ct, c.add(
+        "mul", _k(c, -2.0 / math.sqrt(math.pi), x), c.add("exp", c.add("neg", c.add("mul", x, x))))),
     "sin": lambda c, x, o, ct, n: c.add("mul", ct, c.add("cos", x)),
     "cos": lambda c, x, o, ct, n: c.add("neg", c.add("mul", ct, c.add("sin", x))),
     "square": lambda c, x, o, ct, n: c.add("mul", ct, c.add("mul", x, _k(c, 2.0, x))),
