@@ -14,6 +14,7 @@ from coremltools.converters.mil.backend.mil import helper as ct_helper
 from coremltools.proto import MIL_pb2
 
 from ..ir import DType, TensorType
+from ..ir.types import Typed
 from ..runtime.reference.ops import OPS as REFERENCE_OPS
 from ..runtime.reference.ops import TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
 
@@ -42,7 +43,7 @@ def cast_name(d: DType) -> str:
     return _MIL_CAST_NAME[d]
 
 
-class Var:
+class Var(Typed):
     """A MIL value during lowering: its name and type."""
 
     __slots__ = ("name", "type", "producer")
@@ -51,14 +52,6 @@ class Var:
         self.name = name
         self.type = type
         self.producer = producer
-
-    @property
-    def shape(self):
-        return self.type.shape
-
-    @property
-    def dtype(self):
-        return self.type.dtype
 
     def __repr__(self):
         return f"{self.name}:{self.type}"

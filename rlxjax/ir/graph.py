@@ -6,7 +6,7 @@ from typing import Any, Iterable, Iterator, List, Mapping, Optional, Sequence, T
 
 import numpy as np
 
-from .types import TensorType, dtype_from_numpy
+from .types import TensorType, Typed, dtype_from_numpy
 
 
 def _freeze(v: Any) -> Any:
@@ -75,7 +75,7 @@ def _short(v: Any) -> str:
     return repr(v)
 
 
-class Value:
+class Value(Typed):
     """An SSA value: produced by a node (``node``, output ``index``) or a graph input."""
 
     __slots__ = ("id", "type", "node", "index")
@@ -85,14 +85,6 @@ class Value:
         self.type = type
         self.node = node
         self.index = index
-
-    @property
-    def shape(self):
-        return self.type.shape
-
-    @property
-    def dtype(self):
-        return self.type.dtype
 
     def __repr__(self):
         return f"%{self.id}:{self.type}"

@@ -119,3 +119,17 @@ class TensorType:
         return f"{self.dtype}[{','.join(str(d) for d in self.shape)}]"
 
     __str__ = __repr__
+
+
+class Typed:
+    """Mixin for things carrying a ``type: TensorType`` (RLX values, MIL vars)."""
+
+    __slots__ = ()
+
+    @property
+    def shape(self):
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
