@@ -25,6 +25,8 @@ OPS_WITHOUT_VALUE_INFERENCE = {
             "test_silu_vs_jax checks it against jax.nn.silu",
     "one_hot": "coremltools' one_hot has only type_inference; "
                "test_one_hot_vs_jax checks it against jax.nn.one_hot",
+    "conv": "coremltools' conv has only type_inference; tests/test_conv.py::"
+            "test_reference_conv_vs_jax checks it against lax.conv_general_dilated",
 }
 # Partially covered ops (cross-checked, plus dedicated tests for the part coremltools gets wrong):
 # concat interleave=True (value_inference ignores interleave) -> test_concat_interleave;
@@ -351,7 +353,8 @@ def test_every_registered_op_is_checked():
 def test_listed_ops_really_lack_value_inference(op):
     """If coremltools gains a value_inference for one of these, move it to a cross-check."""
     kwargs = {"silu": {"x": np.ones((2,), F32)},
-              "one_hot": {"indices": np.array([0, 1], I32), "one_hot_vector_size": 3}}[op]
+              "one_hot": {"indices": np.array([0, 1], I32), "one_hot_vector_size": 3},
+              "conv": {"x": np.ones((1, 2, 5), F32), "weight": np.ones((3, 2, 2), F32)}}[op]
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function
 

@@ -1,0 +1,54 @@
+"""Frontend rules: conv_general_dilated, as a canonical RLX ``conv`` between transposes.
+
+JAX's ``dimension_numbers`` say where batch/feature/spatial dims sit in each operand
+(lhs_spec = (batch, feature, *spatial), rhs_spec = (out feature, in feature, *spatial),
+out_spec = (batch, feature, *spatial), each a tuple of dim indices). Transposing the
+operands by their spec gives the canonical [N, C, *S] / [O, I, *K] layout of RLX ``conv``;
+the result is transposed back by the inverse of out_spec.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import dtype_from_numpy
+from ..registry import rule
+
+MAX_SPATIAL = 3  # MIL conv takes 1 to 3 spatial dims
+
+
+def _transpose(ctx, x, perm):
+    perm = tuple(int(p) for p in perm)
+    return x if perm == tuple(range(len(perm))) else ctx.add("transpose", x, perm=perm)
+
+
+@rule("conv_general_dilated")
+def _conv_general_dilated(ctx, eqn, lhs, rhs):
+    p = eqn.params
+    if lhs.dtype != rhs.dtype:
+        raise ctx.unsupported(f"operands of different dtypes ({lhs.dtype}, {rhs.dtype})")
+    pet = p.get("preferred_element_type")
+    if pet is not None and dtype_from_numpy(pet) != lhs.dtype:
+        raise ctx.unsupported(f"preferred_element_type {np.dtype(pet)} differs from the "
+                              f"operand dtype {lhs.dtype}")
+    if not lhs.dtype.is_float:
+        raise ctx.unsupported(f"{lhs.dtype.np.name} convolution (Core ML convolves fp16/fp32 "
+                              "only); convert the operands to float32")
+    n_spatial = lhs.type.rank - 2
+    if not 1 <= n_spatial <= MAX_SPATIAL:
+        raise ctx.unsupported(f"{n_spatial} spatial dimensions (Core ML's conv takes 1 to "
+                              f"{MAX_SPATIAL}); reshape to add or merge spatial dims")
+    if any(d == 0 for d in tuple(lhs.shape) + tuple(rhs.shape)):
+        raise ctx.unsupported(f"an empty operand ({lhs.type}, {rhs.type})")
+    lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+    x = _transpose(ctx, lhs, lhs_spec)
+    w = _transpose(ctx, rhs, rhs_spec)
+    y = ctx.add("conv", x, w,
+                strides=tuple(int(s) for s in p["window_strides"]),
+                padding=tuple((int(lo), int(hi)) for lo, hi in p["padding"]),
+                lhs_dilation=tuple(int(d) for d in p["lhs_dilation"]),
+                rhs_dilation=tuple(int(d) for d in p["rhs_dilation"]),
+                feature_groups=int(p["feature_group_count"]),
+                batch_groups=int(p["batch_group_count"]))
+    if any(d == 0 for d in y.shape):
+        raise ctx.unsupported(f"a convolution with an empty result {y.type}")
+    return _transpose(ctx, y, np.argsort(out_spec))
