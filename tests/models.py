@@ -58,6 +58,23 @@ class ChannelNet(nn.Module):
         return nn.Dense(self.classes)(x.mean(axis=(1, 2)))
 
 
+class CNN(nn.Module):
+    """NHWC classifier: strided conv -> GroupNorm -> gelu -> depthwise conv -> GroupNorm
+    -> avg-pool -> max-pool -> Dense."""
+    channels: int = 8
+    classes: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Conv(self.channels, (3, 3), strides=(2, 2), padding="SAME")(x)
+        x = nn.gelu(nn.GroupNorm(num_groups=2)(x))
+        x = nn.Conv(self.channels, (3, 3), feature_group_count=self.channels)(x)
+        x = nn.GroupNorm(num_groups=4)(x)
+        x = nn.avg_pool(x, (2, 2), strides=(2, 2))
+        x = nn.max_pool(x, (2, 2), strides=(1, 1), padding="SAME")
+        return nn.Dense(self.classes)(x.reshape(x.shape[0], -1))
+
+
 class DiTBlock(nn.Module):
     """adaLN-Zero: conditioning -> (shift, scale, gate) x 2; attention-free token mixer."""
     d: int = 32
@@ -109,6 +126,10 @@ def workloads():
     yc = onehot(4, 2, 4)
     out["channelnet_groupnorm"] = (lambda p, x, y: cross_entropy(cn.apply(p, x), y),
                                    cn.init(jax.random.PRNGKey(2), xc), (xc, yc))
+    xi, = rng_data(8, (2, 8, 8, 3))
+    cnn = CNN()
+    out["cnn_groupnorm"] = (lambda p, x, y: cross_entropy(cnn.apply(p, x), y),
+                            cnn.init(jax.random.PRNGKey(5), xi), (xi, yc))
     xd, cd = rng_data(5, (2, 6, 32), (2, 16))
     dit = DiTBlock()
     out["dit_block"] = (lambda p, x, c: jnp.mean(dit.apply(p, x, c) ** 2),

@@ -1,5 +1,6 @@
 """coreml_grad on whole models against jax.grad: a flax MLP with LayerNorm, a transformer
-block (RMSNorm, attention, LayerNorm), a GroupNorm net on NHWC maps, a DiT block
+block (RMSNorm, attention, LayerNorm), GroupNorm nets on NHWC maps (one with strided and
+depthwise convolutions and pooling), a DiT block
 (adaLN-Zero, gated residuals) and BatchNorm in training mode."""
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ EXPECTED_BACKWARD = {
     "mlp_layernorm": {"layer_norm_grad": 1},
     "transformer_block": {"rms_norm_grad": 1, "layer_norm_grad": 1},
     "channelnet_groupnorm": {"group_norm_grad": 2},
+    "cnn_groupnorm": {"group_norm_grad": 2},
     "dit_block": {"ada_layer_norm_grad": 2, "gated_residual_grad": 2},
     "batchnorm_train": {"batch_norm_train_grad": 1},
 }
