@@ -136,3 +136,11 @@ def test_iota_only_output():
     x = np.zeros((2,), np.float32)
     check_against_jax(lambda v: jnp.arange(5), x)
     check_against_jax(lambda v: (jnp.arange(6.0).reshape(2, 3), v), x)
+
+
+@pytest.mark.parametrize("cfg", [((1, 2, 1), (0, -1, 0)), ((2, 0, 0), (1, 1, 2)), ((0, 0, 0), (3, 3, 0))])
+def test_pad_int32_and_bool(cfg):
+    # MIL's pad takes float tensors only: integer and bool padding is built by concat.
+    x = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+    check_against_jax(lambda v: lax.pad(v, np.int32(-7), cfg), x)
+    check_against_jax(lambda v: lax.pad(v, np.bool_(True), cfg), x > 0)

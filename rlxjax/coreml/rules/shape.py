@@ -78,10 +78,26 @@ def _slice_axis(b, x, axis, start, stop):
 
 
 def _const_pad(b, x, pads, value):
-    """MIL pad (constant mode) with non-negative (lo, hi) per axis."""
+    """MIL pad (constant mode) with non-negative (lo, hi) per axis. MIL's pad takes
+    float tensors only; other dtypes get constant blocks concatenated on each side."""
     if all(lo == 0 and hi == 0 for lo, hi in pads):
         return x
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pads))
+    if not x.dtype.is_float:
+        for axis, (lo, hi) in enumerate(pads):
+            parts = []
+            for n in (lo, hi):
+                block = list(x.shape)
+                block[axis] = n
+                parts.append(np.full(block, value, x.dtype.np) if n else None)
+            pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
+            if len(pieces) > 1:
+                out = list(x.shape)
+                out[axis] += lo + hi
+                x = b.op("concat", TensorType(tuple(out), x.dtype),
+                         values=[b.const(p) if isinstance(p, np.ndarray) else p for p in pieces],
+                         axis=np.int32(axis), interleave=False)
+        return x
     return b.op("pad", TensorType(shape, x.dtype), x=x,
                 pad=np.asarray([v for lh in pads for v in lh], np.int32), mode="constant",
                 constant_val=np.asarray(value, x.dtype.np))

@@ -69,8 +69,9 @@ def _pad(ctx, node, cts, needs):
     out = [None, None]
     unpadded = ctx.add("pad", ct, ctx.scalar(0.0, ct),
                        config=tuple((-lo, -hi, 0) for lo, hi, _ in cfg))
-    ct_x = ctx.add("slice", unpadded, start=(0,) * x.type.rank, limit=tuple(unpadded.shape),
-                   strides=tuple(k + 1 for _, _, k in cfg))
+    strides = tuple(k + 1 for _, _, k in cfg)
+    ct_x = unpadded if set(strides) <= {1} else ctx.add(
+        "slice", unpadded, start=(0,) * x.type.rank, limit=tuple(unpadded.shape), strides=strides)
     if needs[0]:
         out[0] = ct_x
     if needs[1]:
