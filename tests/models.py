@@ -35,7 +35,9 @@ class TransformerBlock(nn.Module):
     def __call__(self, x):
         h = nn.RMSNorm()(x)
         b, t, d = h.shape
-        qkv = nn.Dense(3 * d)(h).reshape(b, t, 3, self.heads, d // self.heads)
+        # No bias on q/k/v: the key bias gets an exactly zero gradient (softmax is shift
+        # invariant), which adam would turn into steps driven by rounding noise alone.
+        qkv = nn.Dense(3 * d, use_bias=False)(h).reshape(b, t, 3, self.heads, d // self.heads)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         att = jax.nn.softmax(jnp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(d // self.heads))
         o = jnp.einsum("bhts,bshd->bthd", att, v).reshape(b, t, d)

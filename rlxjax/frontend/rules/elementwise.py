@@ -9,7 +9,7 @@ from ..registry import rule
 _SAME_NAME_UNARY = ("neg", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt",
                     "rsqrt", "abs", "sign", "floor", "ceil", "erf", "sin", "cos", "square",
                     "not")
-_SAME_NAME_BINARY = ("add", "sub", "mul", "div", "rem", "pow", "and", "or", "xor",
+_SAME_NAME_BINARY = ("add", "sub", "mul", "div", "rem", "and", "or", "xor",
                      "eq", "ne", "lt", "le", "gt", "ge")
 
 
@@ -40,6 +40,15 @@ def _max_min(ctx, eqn, x, y):
     if x.dtype == DType.bool:
         return ctx.add("or" if eqn.primitive.name == "max" else "and", x, y)
     return ctx.add(eqn.primitive.name, x, y)
+
+
+@rule("pow")
+def _pow(ctx, eqn, x, y):
+    # lax.pow takes an integer exponent array too; XLA converts it to the base's type
+    # before the power (as JAX's own lowering does), so do the same.
+    if y.dtype != x.dtype:
+        y = ctx.add("convert", y, dtype=x.dtype)
+    return ctx.add("pow", x, y)
 
 
 @rule("integer_pow")

@@ -1,0 +1,255 @@
+"""``coreml_train_step``: forward, backward and an optax update in one ML Program.
+
+The program's inputs are the parameters, the optimizer state and a batch; its outputs are
+the loss (and aux), the new parameters and the new optimizer state (``state="io"``): an
+app feeds the new values back in on the next call. The backward pass is rlxjax's own
+(fused norm backward ops); the optax update is traced like any JAX code and inlined into
+the same graph, reading the gradients the backward pass produced.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, List, Optional
+
+import jax
+import numpy as np
+
+from .api import CoreMLFunction
+from .errors import ArgumentError, RlxError
+from .frontend import Traced, path_name
+from .frontend.interpreter import Lowering
+from .ir import verify
+from .transforms.grad import backward
+from .transforms.rewrite import dce
+
+STATES = ("io",)
+
+
+@dataclass
+class TrainState:
+    """What one training step reads and returns: parameters and optimizer state (pytrees
+    of numpy arrays) and the number of steps taken."""
+
+    params: Any
+    opt_state: Any
+    step: int = 0
+
+    def save(self, path) -> str:
+        """Write a checkpoint atomically (a failure leaves the previous file or none)."""
+        path = os.fspath(path)
+        leaves = jax.tree_util.tree_leaves((self.params, self.opt_state))
+        arrays = {f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)}
+        fd, tmp = tempfile.mkstemp(prefix=".rlxjax-ckpt-", dir=os.path.dirname(os.path.abspath(path)))
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, step=np.int64(self.step), **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return os.path.abspath(path)
+
+    @classmethod
+    def load(cls, path, like: "TrainState") -> "TrainState":
+        """Read a checkpoint written by ``save`` into the structure of ``like``."""
+        with np.load(os.fspath(path)) as z:
+            tree = jax.tree_util.tree_structure((like.params, like.opt_state))
+            want = jax.tree_util.tree_leaves((like.params, like.opt_state))
+            n = len([k for k in z.files if k.startswith("leaf_")])
+            if n != len(want):
+                raise ArgumentError(f"checkpoint {path} holds {n} arrays, the state "
+                                    f"{len(want)}: it was written for another model or optimizer")
+            leaves = [z[f"leaf_{i}"] for i in range(n)]
+            for i, (a, b) in enumerate(zip(leaves, want)):
+                if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
+                    raise ArgumentError(f"checkpoint array {i} is {a.dtype}{list(a.shape)}, the "
+                                        f"state wants {np.asarray(b).dtype}{list(np.shape(b))}")
+            params, opt_state = jax.tree_util.tree_unflatten(tree, leaves)
+            return cls(params, opt_state, int(z["step"]))
+
+
+def _numpy_tree(tree):
+    return jax.tree_util.tree_map(np.asarray, tree)
+
+
+class TrainStep(CoreMLFunction):
+    """What ``coreml_train_step`` returns."""
+
+    def __init__(self, loss: Callable, optimizer, *, state: str, has_aux: bool, **jit_options):
+        if state not in STATES:
+            raise ArgumentError(f"state={state!r}: only 'io' is supported yet (params and "
+                                "optimizer state as inputs and outputs)")
+
+        def step_fn(params, opt_state, *batch):
+            return loss(params, *batch)
+
+        step_fn.__name__ = getattr(loss, "__name__", "train_step")
+        super().__init__(step_fn, **jit_options)
+        self.loss = loss
+        self.optimizer = optimizer
+        self.has_aux = has_aux
+        self.state_mode = state
+        self._last: Optional[Any] = None  # the most recently used Compiled program
+
+    # -- building the program --------------------------------------------------------
+    def _transform(self, traced: Traced, args) -> Traced:
+        params, opt_state = args[0], args[1]
+        g = traced.graph
+        n_p = len(jax.tree_util.tree_leaves(params))
+        n_s = len(jax.tree_util.tree_leaves(opt_state))
+        p_vals = [v for _, v in g.inputs[:n_p]]
+        s_vals = [v for _, v in g.inputs[n_p:n_p + n_s]]
+        n_out = traced.out_tree.num_leaves
+        if (self.has_aux and len(traced.out_tree.children()) != 2) or \
+                (not self.has_aux and n_out != 1):
+            raise ArgumentError("the loss must return a scalar" +
+                                (" and aux as a pair (loss, aux)" if self.has_aux else
+                                 "; pass has_aux=True to return (loss, aux)"))
+        loss_v = g.outputs[0][1]
+        if loss_v.type.rank != 0 or not loss_v.dtype.is_float:
+            raise ArgumentError(f"the loss must be a float scalar, got {loss_v.type}")
+        for name, v in g.inputs[:n_p]:
+            if not v.dtype.is_float:
+                raise ArgumentError(f"parameter '{name}' is {v.dtype}: only float parameters "
+                                    "can be trained")
+        grads = backward(g, loss_v, p_vals)
+        new_p, new_s = self._inline_update(g, grads, s_vals, p_vals, params, opt_state)
+
+        out_names = [(n, v) for n, v in g.outputs]
+        p_paths = jax.tree_util.tree_flatten_with_path(params)[0]
+        s_paths = jax.tree_util.tree_flatten_with_path(opt_state)[0]
+        g.outputs = out_names + \
+            [(path_name("new.params", p), v) for (p, _), v in zip(p_paths, new_p)] + \
+            [(path_name("new.opt_state", p), v) for (p, _), v in zip(s_paths, new_s)]
+        dce(g)
+        verify(g)
+        blank = lambda t: jax.tree_util.tree_unflatten(  # noqa: E731
+            t, [None] * t.num_leaves)
+        result = (blank(traced.out_tree),
+                  blank(jax.tree_util.tree_structure(params)),
+                  blank(jax.tree_util.tree_structure(opt_state)))
+        out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
+        return Traced(g, traced.in_tree, out_tree, traced.in_types)
+
+    def _inline_update(self, g, grads, s_vals, p_vals, params, opt_state):
+        import optax
+
+        def update(grads, opt_state, params):
+            updates, new_state = self.optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), new_state
+
+        struct = lambda t: jax.tree_util.tree_map(  # noqa: E731
+            lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), t)
+        closed = jax.make_jaxpr(update)(struct(params), struct(opt_state), struct(params))
+        outs = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, grads + s_vals + p_vals)
+        n_p = len(p_vals)
+        return outs[:n_p], outs[n_p:]
+
+    # -- host API ----------------------------------------------------------------------
+    def init(self, params) -> TrainState:
+        params = _numpy_tree(params)
+        return TrainState(params, _numpy_tree(self.optimizer.init(params)), 0)
+
+    def __call__(self, state: TrainState, *batch):
+        if not isinstance(state, TrainState):
+            raise ArgumentError("call a training step as step(state, *batch) with the "
+                                "TrainState from step.init(params)")
+        key = self._key((state.params, state.opt_state) + batch)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self._cache[key] = self.lower(state.params, state.opt_state,
+                                                     *batch).compile()
+            _annotate_roles(compiled, self.has_aux)
+        self._last = compiled
+        value, params, opt_state = compiled(state.params, state.opt_state, *batch)
+        new_state = TrainState(params, opt_state, state.step + 1)
+        return (new_state, value) if not self.has_aux else (new_state, value[0], value[1])
+
+    def params(self, state: TrainState):
+        """The trained parameters as a JAX pytree."""
+        return jax.tree_util.tree_map(jax.numpy.asarray, state.params)
+
+    def fit(self, state: TrainState, batches: Iterable, steps: int, progress: bool = True):
+        """Run ``steps`` steps over ``batches`` (an iterable of argument tuples, cycled);
+        returns (state, loss history)."""
+        history: List[float] = []
+        batches = list(batches)
+        if not batches:
+            raise ArgumentError("fit needs at least one batch")
+        t0 = time.perf_counter()
+        for i in range(steps):
+            b = batches[i % len(batches)]
+            b = b if isinstance(b, tuple) else (b,)
+            out = self(state, *b)
+            state, loss = out[0], float(out[1])
+            history.append(loss)
+            if progress:
+                _progress(i + 1, steps, loss, time.perf_counter() - t0)
+        if progress:
+            sys.stderr.write("\n")
+        return state, history
+
+    def save(self, path) -> str:
+        """Save the training program last run (call the step once first)."""
+        if self._last is None:
+            raise RlxError("nothing compiled yet: call the step once (or step.lower(...)) "
+                           "so that the batch shapes are known, then save")
+        return self._last.save(path)
+
+
+def _progress(i, n, loss, elapsed):
+    width = 30
+    done = int(width * i / n)
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} loss {loss:.5g} "
+                     f"{elapsed:.1f}s")
+    sys.stderr.flush()
+
+
+def _role(name: str) -> str:
+    for prefix, role in (("new.params", "new_param"), ("new.opt_state", "new_opt_state"),
+                         ("params", "param"), ("opt_state", "opt_state"), ("out", "loss")):
+        if name == prefix or name.startswith(prefix + "."):
+            return role
+    return "batch"
+
+
+def _annotate_roles(compiled, has_aux: bool) -> None:
+    """Record in the model metadata what each input/output is and which output feeds
+    which input on the next call, so that an app can drive the program."""
+    inputs = {s.name: s for s in compiled.input_specs}
+    rows_in = [dict(name=s.name, feature=s.mil_name, shape=list(s.io_shape), dtype=s.io_dtype,
+                    role=_role(s.name)) for s in compiled.input_specs]
+    rows_out = []
+    for s in compiled.output_specs:
+        role = _role(s.name)
+        if role == "loss" and has_aux and s.name != "out.0":
+            role = "aux"
+        row = dict(name=s.name, feature=s.mil_name, shape=list(s.io_shape), dtype=s.io_dtype,
+                   role=role)
+        if role.startswith("new_"):
+            row["feeds"] = inputs[s.name[len("new."):]].mil_name
+        rows_out.append(row)
+    meta = compiled.spec.description.metadata.userDefined
+    meta["rlxjax.train"] = json.dumps({"state": "io", "inputs": rows_in, "outputs": rows_out})
+
+
+def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target: str = "iOS17",
+                      precision: str = "fp32", has_aux: bool = False, backend=None):
+    """One Core ML program = forward + backward + ``optimizer`` update (optax).
+
+    ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
+    ``st = step.init(params); st, loss = step(st, *batch)``, ``step.fit(...)``,
+    ``step.save("train.mlpackage")``.
+    """
+    if precision != "fp32":
+        raise ArgumentError("training steps compute in fp32 (precision='fp32'): fp16 "
+                            "gradients and optimizer moments lose the updates")
+    return TrainStep(loss, optimizer, state=state, has_aux=has_aux, static_argnums=(),
+                     target=target, precision=precision, backend=backend)
