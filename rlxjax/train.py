@@ -253,3 +253,23 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target: s
                             "gradients and optimizer moments lose the updates")
     return TrainStep(loss, optimizer, state=state, has_aux=has_aux, static_argnums=(),
                      target=target, precision=precision, backend=backend)
+
+
+def export_inference(fn: Callable, params, *example_inputs, path=None, target: str = "iOS17",
+                     precision: str = "fp32", backend=None):
+    """Compile ``fn(params, *inputs)`` for inference with ``params`` baked in as weights
+    (trained parameters become constants in the weight blob). Returns the ``Compiled``
+    program; writes the ``.mlpackage`` too when ``path`` is given."""
+    from .api import coreml_jit
+
+    frozen = _numpy_tree(params)
+
+    def infer(*inputs):
+        return fn(frozen, *inputs)
+
+    infer.__name__ = getattr(fn, "__name__", "inference")
+    compiled = coreml_jit(infer, target=target, precision=precision,
+                          backend=backend).lower(*example_inputs).compile()
+    if path is not None:
+        compiled.save(path)
+    return compiled

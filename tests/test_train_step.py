@@ -99,3 +99,20 @@ def test_has_aux_and_errors():
         rlxjax.coreml_train_step(loss, optax.sgd(0.1), state="mlstate")
     with pytest.raises(rlxjax.ArgumentError, match="has_aux"):
         rlxjax.coreml_train_step(with_aux, optax.sgd(0.1))(step.init(params), *batch)
+
+
+def test_export_inference_bakes_trained_params(tmp_path):
+    from models import MLP
+
+    loss, params, (x, y) = WORKLOADS["mlp_layernorm"]
+    step = rlxjax.coreml_train_step(loss, optax.adam(1e-2), backend="reference")
+    state, _ = step.fit(step.init(params), [(x, y)], 10, progress=False)
+    trained = step.params(state)
+    model = MLP()
+    compiled = rlxjax.export_inference(model.apply, trained, x, path=tmp_path / "mlp.mlpackage",
+                                       backend="reference")
+    compiled.validate()
+    assert [s.name for s in compiled.input_specs] == ["inputs.0"]  # weights are constants
+    np.testing.assert_allclose(compiled(x), np.asarray(model.apply(trained, x)),
+                               rtol=1e-5, atol=1e-5)
+    assert os.path.isdir(tmp_path / "mlp.mlpackage")
