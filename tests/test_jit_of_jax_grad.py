@@ -132,13 +132,12 @@ def test_pad_with_runtime_value(cfg):
     check_against_jax(lambda x, v: lax.pad(x, v * 2, cfg), X, np.float32(np.inf))
 
 
-def test_gather_in_grad_is_unsupported():
-    # integer-label cross-entropy needs gather (and scatter-add in its gradient): not
-    # lowered yet, so it must be refused by name rather than compiled approximately
-    labels = np.array([[0], [2], [1]])
+def test_gather_in_grad():
+    # integer-label cross-entropy: gather, and scatter-add in its gradient (the indexing
+    # family; more in tests/test_indexing.py)
+    labels = np.array([[0], [2], [1]], np.int32)
     loss = lambda x: -jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(x), labels, axis=1))
-    with pytest.raises(rlxjax.UnsupportedPrimitiveError, match="gather"):
-        rlxjax.coreml_jit(jax.grad(loss), backend="reference").lower(X)
+    check_against_jax(jax.grad(loss), X)
 
 
 def test_optax_losses():

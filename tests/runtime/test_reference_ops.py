@@ -21,6 +21,10 @@ F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_
 
 #: ops in the registry with no (usable) coremltools value_inference: reason + what checks them.
 OPS_WITHOUT_VALUE_INFERENCE = {
+    "gather_nd": "coremltools' gather_nd has only type_inference; tests/test_indexing.py "
+                 "checks it against numpy indexing and, through programs, against JAX",
+    "scatter_nd": "coremltools' scatter_nd has only type_inference; tests/test_indexing.py "
+                  "checks it against numpy ufunc.at and, through programs, against JAX",
     "silu": "coremltools defines silu with no value_inference; "
             "test_silu_vs_jax checks it against jax.nn.silu",
     "one_hot": "coremltools' one_hot has only type_inference; "
@@ -353,6 +357,9 @@ def test_every_registered_op_is_checked():
 def test_listed_ops_really_lack_value_inference(op):
     """If coremltools gains a value_inference for one of these, move it to a cross-check."""
     kwargs = {"silu": {"x": np.ones((2,), F32)},
+              "gather_nd": {"x": np.ones((2, 2), F32), "indices": np.array([[1]], I32)},
+              "scatter_nd": {"data": np.ones((2, 2), F32), "indices": np.array([[1]], I32),
+                             "updates": np.ones((1, 2), F32)},
               "one_hot": {"indices": np.array([0, 1], I32), "one_hot_vector_size": 3},
               "conv": {"x": np.ones((1, 2, 5), F32), "weight": np.ones((3, 2, 2), F32)}}[op]
     from coremltools.converters.mil import Builder as mb

@@ -1,4 +1,5 @@
 """Frontend rules, one module per op family; importing registers them."""
 from . import control, elementwise, linear, norm, reduction, shape  # noqa: F401
+from . import indexing  # noqa: F401
 from . import pool  # noqa: F401
 from . import conv  # noqa: F401

@@ -1,0 +1,89 @@
+"""Lowering: gather_nd / scatter_nd / cumsum / dynamic slices.
+
+Indices reaching these lowerings are in range (the frontend clamps, fills or redirects
+them), so the iOS17 ``validate_indices`` flag is left at its default (False): no runtime
+check is needed and none of these ops raises on device.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir import DType, TensorType
+from ..registry import lowering
+from .shape import reshape
+
+
+def _as_int(b, x):
+    """MIL's gathers and scatters take fp16/fp32/int32: bools travel as int32."""
+    if x.dtype != DType.bool:
+        return x
+    return b.op("cast", x.type.with_dtype(DType.i32), x=x, dtype="int32")
+
+
+def _back(b, y, dtype):
+    if dtype != DType.bool:
+        return y
+    return b.op("cast", y.type.with_dtype(DType.bool), x=y, dtype="bool")
+
+
+@lowering("gather_nd")
+def _gather_nd(ctx, node, x, idx):
+    b, t = ctx.b, ctx.out_type(node)
+    xi = _as_int(b, x)
+    k = idx.shape[-1]
+    if k == 1 and idx.type.rank >= 2:
+        # Depth-1 index (embeddings, take): the plain gather along axis 0.
+        flat = reshape(b, idx, idx.shape[:-1])
+        y = b.op("gather", t.with_dtype(xi.dtype), x=xi, indices=flat, axis=np.int32(0))
+    else:
+        y = b.op("gather_nd", t.with_dtype(xi.dtype), x=xi, indices=idx)
+    return _back(b, y, t.dtype)
+
+
+@lowering("scatter_nd")
+def _scatter_nd(ctx, node, x, idx, upd):
+    b, t = ctx.b, ctx.out_type(node)
+    xi, ui = _as_int(b, x), _as_int(b, upd)
+    y = b.op("scatter_nd", t.with_dtype(xi.dtype), data=xi, indices=idx, updates=ui,
+             mode=node.params["mode"])
+    return _back(b, y, t.dtype)
+
+
+@lowering("cumsum")
+def _cumsum(ctx, node, x):
+    p = node.params
+    return ctx.b.op("cumsum", ctx.out_type(node), x=x, axis=np.int32(p["axis"]),
+                    exclusive=False, reverse=bool(p["reverse"]))
+
+
+def _begin(b, starts):
+    parts = [reshape(b, s, (1,)) for s in starts]
+    if len(parts) == 1:
+        return parts[0]
+    return b.op("concat", TensorType((len(parts),), DType.i32), values=parts,
+                axis=np.int32(0), interleave=False)
+
+
+@lowering("dynamic_slice")
+def _dynamic_slice(ctx, node, x, *starts):
+    sizes = tuple(node.params["sizes"])
+    return ctx.b.op("slice_by_size", ctx.out_type(node), x=x, begin=_begin(ctx.b, starts),
+                    size=np.asarray(sizes, np.int32))
+
+
+@lowering("dynamic_update_slice")
+def _dynamic_update_slice(ctx, node, x, upd, *starts):
+    # scatter_nd "update" at begin + every position of the block (unique indices, so the
+    # result is deterministic); available on every target, unlike iOS18's slice_update.
+    b, t = ctx.b, ctx.out_type(node)
+    shape = tuple(upd.shape)
+    if int(np.prod(shape, dtype=np.int64)) == 0:
+        return x
+    rank = len(shape)
+    grid = np.stack(np.meshgrid(*[np.arange(d, dtype=np.int32) for d in shape],
+                                indexing="ij"), axis=-1).reshape(shape + (rank,))
+    idx = b.op("add", TensorType(shape + (rank,), DType.i32), x=grid, y=_begin(b, starts))
+    xi, ui = _as_int(b, x), _as_int(b, upd)
+    y = b.op("scatter_nd", t.with_dtype(xi.dtype), data=xi, indices=idx, updates=ui,
+             mode="update")
+    return _back(b, y, t.dtype)
