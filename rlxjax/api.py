@@ -18,6 +18,7 @@ from .frontend import Traced, arg_names, trace
 from .ir import Graph, TensorType, dtype_from_numpy
 from .runtime import make_backend, resolve_backend
 from .transforms.recognize_norms import recognize_norms
+from .frontend.rules.random import reject_prng_key
 
 
 def _canonical(x) -> np.ndarray:
@@ -26,6 +27,7 @@ def _canonical(x) -> np.ndarray:
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         dt = {bool: np.bool_, int: np.int32, float: np.float32}[type(x)]
         return np.asarray(x, dtype=dt)
+    reject_prng_key(x, "an argument")
     arr = np.asarray(x)
     return arr.astype(jax.dtypes.canonicalize_dtype(arr.dtype), copy=False)
 

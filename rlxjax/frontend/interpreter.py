@@ -13,6 +13,7 @@ from jax.extend import core as jex_core
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import Dyn, Graph, TensorType, Value, dtype_from_numpy
 from .registry import RULES
+from .rules.random import reject_prng_key
 
 
 def source_line(eqn) -> Optional[str]:
@@ -63,6 +64,7 @@ class Lowering:
             return env[atom]
 
         for var, c in zip(jaxpr.constvars, consts):
+            reject_prng_key(c, "a value the function closes over")
             env[var] = c if isinstance(c, Value) else self.constant(np.asarray(c))
         if len(args) != len(jaxpr.invars):
             raise RlxError(f"internal: jaxpr takes {len(jaxpr.invars)} args, got {len(args)}")

@@ -11,9 +11,10 @@ from .norms import (
     layer_norm2d, rms_norm,
 )
 from .primitives import PRIMITIVES
+from .dropout import dropout
 
 __all__ = [
     "layer_norm", "rms_norm", "group_norm", "batch_norm", "batch_norm_train",
     "layer_norm2d", "ada_layer_norm", "gated_residual", "PRIMITIVES", "primitives",
-    "reference",
+    "reference", "dropout",
 ]

@@ -31,6 +31,8 @@ OPS_WITHOUT_VALUE_INFERENCE = {
                "test_one_hot_vs_jax checks it against jax.nn.one_hot",
     "conv": "coremltools' conv has only type_inference; tests/test_conv.py::"
             "test_reference_conv_vs_jax checks it against lax.conv_general_dilated",
+    "random_bernoulli": "random: no value to infer (Core ML's generator is its own); "
+                        "tests/test_random.py checks its distribution, dtypes and seeds",
 }
 # Partially covered ops (cross-checked, plus dedicated tests for the part coremltools gets wrong):
 # concat interleave=True (value_inference ignores interleave) -> test_concat_interleave;
@@ -361,7 +363,8 @@ def test_listed_ops_really_lack_value_inference(op):
               "scatter_nd": {"data": np.ones((2, 2), F32), "indices": np.array([[1]], I32),
                              "updates": np.ones((1, 2), F32)},
               "one_hot": {"indices": np.array([0, 1], I32), "one_hot_vector_size": 3},
-              "conv": {"x": np.ones((1, 2, 5), F32), "weight": np.ones((3, 2, 2), F32)}}[op]
+              "conv": {"x": np.ones((1, 2, 5), F32), "weight": np.ones((3, 2, 2), F32)},
+              "random_bernoulli": {"shape": np.array([2, 3], I32), "seed": 1}}[op]
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function
 

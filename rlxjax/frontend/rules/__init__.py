@@ -3,3 +3,4 @@ from . import control, elementwise, linear, norm, reduction, shape  # noqa: F401
 from . import indexing  # noqa: F401
 from . import pool  # noqa: F401
 from . import conv  # noqa: F401
+from . import random  # noqa: F401

@@ -44,5 +44,6 @@ def register(*names: str, tuple_inputs=(), wants_output_dtypes: bool = False):
 from . import control, elementwise, linear, reduction, shape  # noqa: E402,F401
 from . import indexing  # noqa: E402,F401
 from . import conv  # noqa: E402,F401
+from . import random  # noqa: E402,F401
 
 __all__ = ["OPS", "TUPLE_INPUTS", "WANTS_OUTPUT_DTYPES", "OUTPUT_DTYPES_KEY", "register"]

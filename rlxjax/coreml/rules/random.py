@@ -1,0 +1,22 @@
+"""Lowering: the random family, drawn by Core ML on the device.
+
+``bernoulli`` -> MIL ``random_bernoulli`` (iOS15+): ``shape`` (i32 vector), ``prob`` (const,
+its dtype fp16/fp32 is the output's) and ``seed`` (const i32; -1 = Core ML picks a fresh
+seed). The op is emitted with ``fold=False``: all its inputs are constants, but its value
+is not a function of them, so the builder must not replace it by a constant.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import lowering
+
+
+@lowering("bernoulli")
+def _bernoulli(ctx, node):
+    t = ctx.out_type(node)
+    p = node.params
+    return ctx.b.op("random_bernoulli", t, fold=False,
+                    shape=np.asarray(p["shape"], dtype=np.int32),
+                    prob=np.asarray(p["prob"], dtype=t.dtype.np),
+                    seed=np.int32(p["seed"]))

@@ -1,0 +1,23 @@
+"""The random family of RLX ops: values drawn on the device.
+
+``bernoulli(shape, dtype, prob, seed)`` has no inputs and yields a tensor of 0/1 in a float
+dtype (1 with probability ``prob``). ``seed >= 0`` asks the backend for a reproducible
+stream, ``seed = -1`` for fresh randomness on each call. The values are the backend's own
+(Core ML's generator on the device, numpy's in the reference interpreter), never JAX's.
+A random op is not a function of its parameters: transforms must neither fold nor merge it.
+"""
+from __future__ import annotations
+
+from .ops import _require, defop
+from .types import TensorType
+
+
+@defop("bernoulli", "random", 0)
+def _bernoulli(ts, p):
+    shape, dtype, prob, seed = p["shape"], p["dtype"], p["prob"], p["seed"]
+    _require(dtype.is_float, f"bernoulli yields a float mask, got dtype {dtype}")
+    _require(len(shape) >= 1 and all(isinstance(d, int) and d > 0 for d in shape),
+             f"bernoulli needs a static shape of rank >= 1 with positive dims, got {shape}")
+    _require(isinstance(prob, float) and 0.0 <= prob <= 1.0, f"bernoulli prob {prob!r}")
+    _require(isinstance(seed, int) and seed >= -1, f"bernoulli seed {seed!r} (want -1 or >= 0)")
+    return [TensorType(tuple(shape), dtype)]

@@ -1,0 +1,14 @@
+"""VJP rules: the random family.
+
+``bernoulli`` has no inputs, so it passes no cotangent on: its rule returns nothing. The
+gradient of dropout flows through the ``mul`` by the drawn mask, which reuses the forward's
+mask value (the mask is never redrawn in the backward pass).
+"""
+from __future__ import annotations
+
+from .registry import vjp_rule
+
+
+@vjp_rule("bernoulli")
+def _bernoulli(ctx, node, cts, needs):
+    return []

@@ -1,0 +1,57 @@
+"""docs/primitives.md is generated from the registries by tools/primitive_table.py: it must
+be up to date (regenerate with ``python tools/primitive_table.py``) and every refused
+primitive it lists must really be refused."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "tools", "primitive_table.py")
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("primitive_table", TOOL)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_committed_table_is_up_to_date():
+    tool = _tool()
+    with open(tool.DOC, encoding="utf-8") as f:
+        committed = f.read()
+    assert committed == tool.render(), (
+        "docs/primitives.md is stale: run `python tools/primitive_table.py` and commit it")
+
+
+def test_table_lists_every_rule_once_and_the_refusals():
+    from rlxjax.frontend import RULES
+    from rlxjax.frontend.rules.random import RANDOM_PRIMITIVES
+
+    tool = _tool()
+    text = tool.render()
+    main, refused = text.split("## Refused on purpose")
+    rows = [ln.split("|")[1].strip().strip("`") for ln in main.splitlines()
+            if ln.startswith("| `")]
+    assert sorted(rows) == sorted(RULES)
+    for p in RANDOM_PRIMITIVES:
+        assert f"| `{p}` | always |" in refused
+    assert "| `xor` | int32 operands |" in refused
+    # examples must really emit their primitive (rule_nodes asserts it) and have a rule
+    assert set(tool.EXAMPLES) <= set(RULES)
+
+
+def test_check_flag_exits_nonzero_when_stale(tmp_path):
+    stale = tmp_path / "primitives.md"
+    stale.write_text("# old\n", encoding="utf-8")
+    r = subprocess.run([sys.executable, TOOL, "--check", "--out", str(stale)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "stale" in r.stderr
+    r = subprocess.run([sys.executable, TOOL, "--out", str(stale)], capture_output=True, text=True)
+    assert r.returncode == 0
+    r = subprocess.run([sys.executable, TOOL, "--check", "--out", str(stale)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
