@@ -1,7 +1,6 @@
 """Public API: ``coreml_jit`` with JAX's conventions (``jit(f).lower(*args).compile()``)."""
 from __future__ import annotations
 
-import inspect
 import tempfile
 from collections import Counter
 from typing import Any, Callable, Dict, Sequence, Tuple
@@ -41,7 +40,7 @@ class Compiled:
     """An ML Program ready to run and to save."""
 
     def __init__(self, traced: Traced, model, weights_dir, in_specs, out_specs, backend,
-                 in_leaf_names, keep_alive):
+                 keep_alive):
         self._traced = traced
         self.spec = model
         self._weights_dir = weights_dir
@@ -131,7 +130,7 @@ class Lowered:
     def compile(self) -> Compiled:
         tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name)
-        return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, None, tmp)
+        return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
 
 
 class CoreMLFunction:

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence
 
 import jax
-import numpy as np
 
 from ..ir import Graph, TensorType, verify
 from . import rules  # noqa: F401  (registers the rules)

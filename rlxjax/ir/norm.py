@@ -6,7 +6,6 @@ Optional affine operands are listed in the inputs only when present; ``has_gamma
 from __future__ import annotations
 
 from .ops import _require, broadcast_shapes, defop
-from .types import TensorType
 
 
 def _split_affine(ts, p, n_after=0):

@@ -6,7 +6,7 @@ reference interpreter): constant, elementwise, reduction, shape, linear.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -17,7 +17,7 @@ class IRTypeError(TypeError):
     """An op was given inputs or parameters that do not type-check."""
 
 
-InferFn = Callable[[Sequence[TensorType], "Params"], List[TensorType]]  # noqa: F821
+InferFn = Callable[[Sequence[TensorType], Mapping], List[TensorType]]
 
 
 @dataclass(frozen=True)

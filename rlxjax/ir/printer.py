@@ -1,7 +1,7 @@
 """Readable text form of an RLX graph (``print(graph)``)."""
 from __future__ import annotations
 
-from .graph import Graph, Params
+from .graph import Graph
 
 
 def format_graph(g: Graph) -> str:
