@@ -11,18 +11,27 @@ def _operand_ct(ctx, ct, other, own_rank, own_batch, own_contract, other_batch,
     """Cotangent of one dot_general operand.
 
     ct's dims are [batch, lhs free, rhs free]. Contract ct's dims that belong to the
-    other operand's free dims with those dims; the result is laid out as
-    [batch, own free, other's contract dims in increasing order], then transposed back to
-    the operand's own dim order."""
+    other operand's free dims with those dims. dot_general(ct, other) lays the result out
+    as [batch, own free, own contract dims (in the other's contract order)] and
+    dot_general(other, ct) as [batch, own contract dims, own free]; take the order that
+    needs no transpose back to the operand's own dim order when there is one (the usual
+    weight gradient x^T·ct), else transpose."""
     nb = len(own_batch)
+    own_free = [d for d in range(own_rank) if d not in own_batch and d not in own_contract]
+    pair = dict(zip(other_contract, own_contract))
+    contract_dims = [pair[c] for c in sorted(other_contract)]
+    identity = list(range(own_rank))
+    if list(own_batch) + contract_dims + own_free == identity and \
+            list(own_batch) + own_free + contract_dims != identity:
+        return ctx.add("dot_general", other, ct,
+                       contract=(tuple(other_free), tuple(ct_free_other)),
+                       batch=(tuple(other_batch), tuple(range(nb))))
     r = ctx.add("dot_general", ct, other,
                 contract=(tuple(ct_free_other), tuple(other_free)),
                 batch=(tuple(range(nb)), tuple(other_batch)))
-    own_free = [d for d in range(own_rank) if d not in own_batch and d not in own_contract]
-    pair = dict(zip(other_contract, own_contract))
-    layout = list(own_batch) + own_free + [pair[c] for c in sorted(other_contract)]
+    layout = list(own_batch) + own_free + contract_dims
     perm = tuple(int(i) for i in np.argsort(layout))
-    return r if perm == tuple(range(own_rank)) else ctx.add("transpose", r, perm=perm)
+    return r if perm == tuple(identity) else ctx.add("transpose", r, perm=perm)
 
 
 @vjp_rule("dot_general")

@@ -1,0 +1,84 @@
+"""Exact simplifications of the RLX graph before lowering (each keeps every value
+bit-identical; tests/test_simplify.py checks the numerics are unchanged).
+
+``drop_broadcasts``: a ``broadcast_in_dim`` read only by elementwise binary ops whose other
+operand already has the full shape is replaced by a reshape that only inserts size-1
+dims: the binary op broadcasts implicitly (MIL does too), so the values are identical and
+the program no longer materialises (tiles) the broadcast tensor.
+"""
+from __future__ import annotations
+
+from ..ir import Graph, verify
+from ..ir.ops import ARITH_BINARY, COMPARE, LOGIC_BINARY
+from .rewrite import Appender, dce, output_ids, substitute, users
+
+_IMPLICIT = set(ARITH_BINARY) | set(COMPARE) | set(LOGIC_BINARY)
+
+
+def drop_broadcasts(graph: Graph) -> int:
+    readers = users(graph)
+    outs = output_ids(graph)
+    changed = 0
+    for node in list(graph.nodes):
+        if node.op != "broadcast_in_dim":
+            continue
+        b = node.output
+        if b.id in outs:
+            continue
+        uses = readers.get(b.id, [])
+        if not uses or not all(_full_partner(u, b) for u in uses):
+            continue
+        x, shape, dims = node.inputs[0], node.params["shape"], node.params["dims"]
+        placed = [1] * len(shape)
+        for i, d in enumerate(dims):
+            placed[d] = x.shape[i]
+        ap = Appender(graph, node.source)
+        y = x if tuple(placed) == tuple(x.shape) else ap.add("reshape", x, shape=tuple(placed))
+        ap.place_before(node)
+        for u in uses:
+            u.inputs = tuple(y if v is b else v for v in u.inputs)
+        changed += 1
+    if changed:
+        dce(graph)
+        verify(graph)
+    return changed
+
+
+def _full_partner(user, b) -> bool:
+    if user.op not in _IMPLICIT or len(user.inputs) != 2:
+        return False
+    a, c = user.inputs
+    other = c if a is b else a
+    return other is not b and tuple(other.shape) == tuple(b.shape)
+
+
+def collapse_reshapes(graph: Graph) -> int:
+    """reshape(reshape(x)) -> reshape(x); a reshape to x's own shape -> x. Exact: a
+    reshape only relabels the row-major element order."""
+    producer = {v.id: n for n in graph.nodes for v in n.outputs}
+    mapping, changed = {}, 0
+    for node in graph.nodes:
+        if node.op != "reshape":
+            continue
+        src = node.inputs[0]
+        src = mapping.get(src.id, src)
+        inner = producer.get(src.id)
+        if inner is not None and inner.op == "reshape":
+            src = inner.inputs[0]
+        if tuple(src.shape) == tuple(node.output.shape):
+            mapping[node.output.id] = src
+            changed += 1
+        elif src is not node.inputs[0]:
+            node.inputs = (src,)
+            changed += 1
+    if changed:
+        substitute(graph, mapping)
+        dce(graph)
+        verify(graph)
+    return changed
+
+
+def simplify(graph: Graph) -> Graph:
+    drop_broadcasts(graph)
+    collapse_reshapes(graph)
+    return graph
