@@ -1,59 +1,211 @@
-"""The README's main job (for now): compile a small JAX model with ``coreml_jit``, check it
-through coremltools' loader, save the ``.mlpackage`` and compare it with JAX."""
+"""The README's main job: train a small digits classifier through its compiled ML Program
+(``coreml_train_step`` with optax adam), side by side with the same JAX + optax loop, then
+export the trained model for inference.
+
+The data set is generated here, deterministically (scikit-learn is not a dependency): ten
+8×8 stroke templates, one per digit, each sample shifted by up to a pixel, with random
+stroke intensity and pixel noise.
+"""
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .api import coreml_jit
+_TEMPLATES = [
+    # 0
+    ["..####..", ".#....#.", ".#....#.", ".#....#.", ".#....#.", ".#....#.", ".#....#.",
+     "..####.."],
+    # 1
+    ["...##...", "..###...", "...##...", "...##...", "...##...", "...##...", "...##...",
+     "..####.."],
+    # 2
+    ["..####..", ".#....#.", "......#.", ".....#..", "....#...", "...#....", "..#.....",
+     ".######."],
+    # 3
+    ["..####..", ".#....#.", "......#.", "...###..", "......#.", "......#.", ".#....#.",
+     "..####.."],
+    # 4
+    ["....##..", "...#.#..", "..#..#..", ".#...#..", ".######.", ".....#..", ".....#..",
+     ".....#.."],
+    # 5
+    [".######.", ".#......", ".#......", ".#####..", "......#.", "......#.", ".#....#.",
+     "..####.."],
+    # 6
+    ["..####..", ".#......", ".#......", ".#####..", ".#....#.", ".#....#.", ".#....#.",
+     "..####.."],
+    # 7
+    [".######.", "......#.", ".....#..", "....#...", "...#....", "...#....", "...#....",
+     "...#...."],
+    # 8
+    ["..####..", ".#....#.", ".#....#.", "..####..", ".#....#.", ".#....#.", ".#....#.",
+     "..####.."],
+    # 9
+    ["..####..", ".#....#.", ".#....#.", "..#####.", "......#.", "......#.", ".....#..",
+     "..###..."],
+]
+
+N_SAMPLES, N_TRAIN, BATCH, HIDDEN, N_CLASSES = 1000, 800, 100, 32, 10
+LEARNING_RATE = 1e-2
+DEFAULT_STEPS = 200
+LOSS_RTOL = 1e-3
 
 
-def init_mlp(key, d_in=16, d_hidden=64, d_out=10):
+def make_digits(n: int = N_SAMPLES, seed: int = 0):
+    """Deterministic synthetic 8×8 digits: (x float32 [n, 64] in [0, 1], labels int [n])."""
+    rng = np.random.default_rng(seed)
+    templates = np.array([[[c == "#" for c in row] for row in t] for t in _TEMPLATES],
+                         np.float32)
+    labels = np.arange(n) % N_CLASSES
+    rng.shuffle(labels)
+    xs = np.empty((n, 8, 8), np.float32)
+    for i, lab in enumerate(labels):
+        img = np.pad(templates[lab], 1)                   # 10×10, then crop a shifted 8×8
+        dy, dx = rng.integers(0, 3, size=2)
+        img = img[dy:dy + 8, dx:dx + 8] * rng.uniform(0.6, 1.0)
+        xs[i] = np.clip(img + rng.normal(0.0, 0.25, img.shape), 0.0, 1.0)
+    return xs.reshape(n, 64), labels
+
+
+def init_params(key, d_in=64, d_hidden=HIDDEN, d_out=N_CLASSES):
     k1, k2 = jax.random.split(key)
+    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
     return {
-        "ln": {"scale": jnp.ones((d_in,)), "bias": jnp.zeros((d_in,))},
-        "dense_0": {"kernel": jax.random.normal(k1, (d_in, d_hidden)) / np.sqrt(d_in),
-                    "bias": jnp.zeros((d_hidden,))},
-        "dense_1": {"kernel": jax.random.normal(k2, (d_hidden, d_out)) / np.sqrt(d_hidden),
-                    "bias": jnp.zeros((d_out,))},
+        "ln": {"scale": f32(np.ones(d_in)), "bias": f32(np.zeros(d_in))},
+        "dense_0": {"kernel": f32(jax.random.normal(k1, (d_in, d_hidden)) / np.sqrt(d_in)),
+                    "bias": f32(np.zeros(d_hidden))},
+        "dense_1": {"kernel": f32(jax.random.normal(k2, (d_hidden, d_out)) / np.sqrt(d_hidden)),
+                    "bias": f32(np.zeros(d_out))},
     }
 
 
-def mlp(params, x):
-    """LayerNorm -> Dense -> gelu -> Dense -> log-softmax, in plain jax.numpy."""
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    h = (x - mu) * jax.lax.rsqrt(var + 1e-5) * params["ln"]["scale"] + params["ln"]["bias"]
+def logits_fn(params, x):
+    """LayerNorm -> Dense -> gelu -> Dense, in plain jax.numpy (plus rlxjax's LN primitive)."""
+    from .nn import layer_norm
+
+    h = layer_norm(x, params["ln"]["scale"], params["ln"]["bias"])
     h = jax.nn.gelu(h @ params["dense_0"]["kernel"] + params["dense_0"]["bias"])
-    logits = h @ params["dense_1"]["kernel"] + params["dense_1"]["bias"]
-    return jax.nn.log_softmax(logits)
+    return h @ params["dense_1"]["kernel"] + params["dense_1"]["bias"]
 
 
-def run(out_dir: str = "out", target: str = "iOS17", backend=None) -> dict:
-    params = init_mlp(jax.random.PRNGKey(0))
-    x = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (8, 16)), dtype=np.float32)
+def loss_fn(params, x, y_onehot):
+    """Mean softmax cross-entropy."""
+    return -jnp.mean(jnp.sum(y_onehot * jax.nn.log_softmax(logits_fn(params, x)), axis=-1))
+
+
+def predict(params, x):
+    """What the exported app model computes: class probabilities."""
+    return jax.nn.softmax(logits_fn(params, x))
+
+
+def jax_loop(params, opt, batches, steps):
+    import optax
+
+    @jax.jit
+    def step(p, s, x, y):
+        l, g = jax.value_and_grad(loss_fn)(p, x, y)
+        u, s = opt.update(g, s, p)
+        return optax.apply_updates(p, u), s, l
+
+    p, s, losses = params, opt.init(params), []
+    for i in range(steps):
+        p, s, l = step(p, s, *batches[i % len(batches)])
+        losses.append(float(l))
+    return p, losses
+
+
+def _plot(path, rlx_losses, jax_losses):
+    """Write the loss curves; matplotlib is optional. Returns (path or None, reason)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:  # ImportError, or a broken install
+        return None, f"matplotlib is not importable ({type(e).__name__}: {e})"
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(jax_losses, label="JAX + optax", linewidth=3, alpha=0.5)
+    ax.plot(rlx_losses, label="rlxjax ML Program", linewidth=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path, ""
+
+
+def run(out_dir: str = "out", steps: int = DEFAULT_STEPS, target: str = "iOS17",
+        backend=None, progress: bool = True) -> dict:
+    """Train, compare with JAX, export. Returns a report; ``report["ok"]`` is False when
+    rlxjax's final loss differs from JAX's by more than ``LOSS_RTOL`` (relative)."""
+    import optax
+
+    from .runtime import resolve_backend
+    from .train import coreml_train_step, export_inference
+
+    t_start = time.perf_counter()
+    backend_name = resolve_backend(backend)
+    os.makedirs(out_dir, exist_ok=True)
+    x, labels = make_digits()
+    onehot = np.eye(N_CLASSES, dtype=np.float32)[labels]
+    x_tr, y_tr, x_te, lab_te = x[:N_TRAIN], onehot[:N_TRAIN], x[N_TRAIN:], labels[N_TRAIN:]
+    batches = [(x_tr[i:i + BATCH], y_tr[i:i + BATCH]) for i in range(0, N_TRAIN, BATCH)]
+    print(f"data: {N_SAMPLES} synthetic 8x8 'digits' generated in code (10 stroke templates, "
+          f"random 1-pixel shifts, intensity and noise; no scikit-learn needed): "
+          f"{N_TRAIN} to train in batches of {BATCH}, {N_SAMPLES - N_TRAIN} held out")
+    print(f"model: LayerNorm(64) -> Dense(64->{HIDDEN}) -> gelu -> Dense({HIDDEN}->10), "
+          f"softmax cross-entropy, optax.adam({LEARNING_RATE}), {steps} steps")
+
+    params = init_params(jax.random.PRNGKey(0))
+    opt = optax.adam(LEARNING_RATE)
+    step = coreml_train_step(loss_fn, opt, target=target, backend=backend)
+    state = step.init(params)
+    print(f"training through the compiled ML Program ({target}, backend: {backend_name})")
+    t0 = time.perf_counter()
+    state, rlx_losses = step.fit(state, batches, steps=steps, progress=progress)
+    t_rlx = time.perf_counter() - t0
+    train_path = step.save(os.path.join(out_dir, "train_step.mlpackage"))
 
     t0 = time.perf_counter()
-    compiled = coreml_jit(mlp, target=target, backend=backend).lower(params, x).compile()
-    t_compile = time.perf_counter() - t0
-    compiled.validate()
-    path = compiled.save(os.path.join(out_dir, "demo_mlp.mlpackage"))
+    jax_params, jax_losses = jax_loop(params, opt, batches, steps)
+    t_jax = time.perf_counter() - t0
 
-    got = compiled(params, x)
-    want = np.asarray(jax.jit(mlp)(params, x))
-    err = float(np.max(np.abs(got - want)))
-    report = {"path": path, "compile_s": t_compile, "max_abs_err": err,
-              "mil_ops": compiled.cost_analysis()["mil_ops"], "target": target,
-              "inputs": [s.name for s in compiled.input_specs]}
-    print(f"compiled mlp for {target} in {t_compile:.3f}s: {report['mil_ops']} MIL ops")
-    print("program inputs: " + ", ".join(report["inputs"]))
-    print(f"saved {path}")
-    print(f"max |coreml(reference) - jax| = {err:.3e} over {want.size} outputs")
-    if not err <= 1e-5:
-        raise SystemExit(f"demo FAILED: result differs from JAX by {err}")
-    print("demo OK: the ML Program agrees with JAX")
-    return report
+    trained = step.params(state)
+    digits_path = os.path.abspath(os.path.join(out_dir, "digits.mlpackage"))
+    infer = export_inference(predict, trained, x_te[:1], target=target, backend=backend,
+                             path=digits_path)
+    probs = np.concatenate([infer(x_te[i:i + 1]) for i in range(len(x_te))])
+    acc_rlx = float(np.mean(np.argmax(probs, -1) == lab_te))
+    acc_jax = float(np.mean(np.argmax(np.asarray(jax.jit(predict)(jax_params, x_te)), -1)
+                            == lab_te))
+
+    l_rlx, l_jax = rlx_losses[-1], jax_losses[-1]
+    rel = abs(l_rlx - l_jax) / max(abs(l_jax), 1e-30)
+    n_ops = sum(op.type != "const" for op in step._last.mil_ops())
+    print(f"rlxjax (ML Program, {backend_name}): final loss {l_rlx:.6f}  held-out accuracy "
+          f"{acc_rlx:.1%}  ({t_rlx:.1f}s, {n_ops} MIL ops per step)")
+    print(f"JAX + optax                 : final loss {l_jax:.6f}  held-out accuracy "
+          f"{acc_jax:.1%}  ({t_jax:.1f}s)")
+    ok = rel <= LOSS_RTOL
+    print(f"JAX parity: final losses differ by {rel:.2e} relative (tolerance {LOSS_RTOL:g}): "
+          + ("OK" if ok else "FAILED"))
+    print(f"saved {train_path}  (the training program: params + adam state + batch in, "
+          "loss + new params + new state out)")
+    print(f"saved {digits_path}  "
+          "(the trained classifier: one image x [1, 64] in, 10 class probabilities out)")
+    plot, why = _plot(os.path.join(out_dir, "loss.png"), rlx_losses, jax_losses)
+    print(f"saved {os.path.abspath(plot)}  (loss curves)" if plot else
+          f"loss plot skipped: {why}; pip install matplotlib to get {out_dir}/loss.png")
+    wall = time.perf_counter() - t_start
+    print(f"demo {'OK' if ok else 'FAILED'} in {wall:.1f}s")
+    sys.stdout.flush()
+    return {"ok": ok, "loss_rlxjax": l_rlx, "loss_jax": l_jax, "rel_diff": rel,
+            "acc_rlxjax": acc_rlx, "acc_jax": acc_jax, "train_path": train_path,
+            "digits_path": digits_path,
+            "plot": plot, "wall_s": wall, "losses_rlxjax": rlx_losses,
+            "losses_jax": jax_losses}

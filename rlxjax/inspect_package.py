@@ -1,0 +1,106 @@
+"""``rlxjax inspect``: describe a saved ``.mlpackage`` (inputs, outputs, training roles,
+target, MIL op histogram). Reads the package's protobuf through coremltools'
+``load_spec``, which works on any OS."""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+_SPEC_TO_TARGET = {6: "iOS15 / macOS12", 7: "iOS16 / macOS13", 8: "iOS17 / macOS14",
+                   9: "iOS18 / macOS15"}
+
+
+class InspectError(Exception):
+    """A path that is not a readable Core ML package (one-line message)."""
+
+
+def load(path):
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InspectError(f"no such file or directory: {path}")
+    if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "Manifest.json"))):
+        raise InspectError(f"not a Core ML package (a .mlpackage folder with a "
+                           f"Manifest.json): {path}")
+    from coremltools.models.utils import load_spec
+
+    try:
+        return load_spec(path)
+    except Exception as e:  # a damaged package: coremltools raises several kinds
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InspectError(f"cannot read the Core ML package {path}: {msg}") from None
+
+
+def _array_type(feature):
+    from coremltools.proto import FeatureTypes_pb2
+
+    t = feature.type
+    kind = t.WhichOneof("Type")
+    if kind != "multiArrayType":
+        return kind or "?", []
+    dtype = FeatureTypes_pb2.ArrayFeatureType.ArrayDataType.Name(t.multiArrayType.dataType)
+    return dtype.lower(), list(t.multiArrayType.shape)
+
+
+def _ops(spec):
+    if spec.WhichOneof("Type") != "mlProgram":
+        return None, None
+    fns = spec.mlProgram.functions
+    counts = Counter()
+    opsets = []
+    for fn in fns.values():
+        opsets.append(fn.opset)
+        for block in fn.block_specializations.values():
+            stack = [block]
+            while stack:
+                b = stack.pop()
+                for op in b.operations:
+                    counts[op.type] += 1
+                    stack.extend(op.blocks)
+    return counts, opsets
+
+
+def describe(path) -> str:
+    spec = load(path)
+    meta = dict(spec.description.metadata.userDefined)
+    roles = {}
+    if "rlxjax.train" in meta:
+        try:
+            train = json.loads(meta["rlxjax.train"])
+            for row in train.get("inputs", []) + train.get("outputs", []):
+                roles[row.get("feature")] = row
+        except (ValueError, TypeError):
+            roles = {}
+    lines = [f"{os.path.abspath(os.fspath(path))}"]
+    kind = spec.WhichOneof("Type")
+    target = _SPEC_TO_TARGET.get(spec.specificationVersion, "unknown")
+    counts, opsets = _ops(spec)
+    lines.append(f"  model type: {kind}; specification version {spec.specificationVersion} "
+                 f"(deployment target {target})" +
+                 (f"; opset {', '.join(sorted(set(opsets)))}" if opsets else ""))
+    if "rlxjax.version" in meta:
+        lines.append(f"  written by rlxjax {meta['rlxjax.version']}")
+    if "rlxjax.train" in meta:
+        lines.append("  a training step (metadata 'rlxjax.train'): outputs marked "
+                     "'-> x' feed input x on the next call")
+    for title, features in (("inputs", spec.description.input),
+                            ("outputs", spec.description.output)):
+        lines.append(f"  {title} ({len(features)}):")
+        rows = []
+        for f in features:
+            dtype, shape = _array_type(f)
+            row = roles.get(f.name, {})
+            role = (f"[{row['role']}" + (f" -> {row['feeds']}" if "feeds" in row else "") +
+                    "]") if "role" in row else ""
+            path = f.shortDescription if f.shortDescription else "-"
+            rows.append((f.name, f"{dtype}{shape}", path, role))
+        widths = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
+        for r in rows:
+            lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths + [0])).rstrip())
+    if counts is not None:
+        n = sum(v for k, v in counts.items() if k != "const")
+        lines.append(f"  MIL ops: {n} (+ {counts.get('const', 0)} const)")
+        for op, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            if op != "const":
+                lines.append(f"    {op:<24}{c}")
+    return "\n".join(lines)
