@@ -112,11 +112,50 @@ class BlobFiles:
         method = _BLOB_READERS.get(dtype)
         if method is None:
             raise ValueDecodeError(f"blob values of dtype {dtype} are not supported")
-        data = np.asarray(getattr(reader, method)(int(offset)))
+        # The reader trusts the file's blob header (it mmaps the file): check the header
+        # against the file size and the declared tensor type before it reads anything.
+        _check_blob(path, int(offset), dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
+        try:
+            data = np.asarray(getattr(reader, method)(int(offset)))
+        except (ValueError, RuntimeError, IndexError, OverflowError, MemoryError) as e:
+            raise ValueDecodeError(f"blob at offset {offset} of {path!r} is unreadable "
+                                   f"({type(e).__name__}: {e})") from None
         if dtype == np.float16:
             data = data.view(np.float16)
+        if data.size != int(np.prod(shape, dtype=np.int64)):
+            raise ValueDecodeError(f"blob at offset {offset} of {path!r} holds {data.size} "
+                                   f"values, its type says {shape}")
         # Copy: the reader may hand out memory it owns; ours must outlive it.
         return np.array(data, dtype=dtype).reshape(shape)
+
+
+# MIL blob storage layout (coremltools' mlmodel/src/MILBlob/Blob/StorageFormat.hpp): a 64-byte
+# file header, then per blob a 64-byte metadata record at ``offset`` -- uint32 sentinel
+# 0xDEADBEEF, uint32 data type, uint64 size in bytes, uint64 data offset, reserved -- with the
+# data at ``data offset``.
+_BLOB_SENTINEL = 0xDEADBEEF
+_BLOB_META = np.dtype([("sentinel", "<u4"), ("mil_dtype", "<u4"), ("size", "<u8"),
+                       ("data_offset", "<u8")])
+_BLOB_META_BYTES = 64
+
+
+def _check_blob(path: str, offset: int, want_bytes: int) -> None:
+    size = os.path.getsize(path)
+    where = f"blob at offset {offset} of {path!r} ({size} bytes)"
+    if offset < _BLOB_META_BYTES or offset + _BLOB_META_BYTES > size:
+        raise ValueDecodeError(f"{where}: offset is out of range")
+    with open(path, "rb") as f:
+        f.seek(offset)
+        meta = np.frombuffer(f.read(_BLOB_META.itemsize), dtype=_BLOB_META)[0]
+    if int(meta["sentinel"]) != _BLOB_SENTINEL:
+        raise ValueDecodeError(f"{where}: no blob header there (bad sentinel)")
+    n, start = int(meta["size"]), int(meta["data_offset"])
+    if n != want_bytes:
+        raise ValueDecodeError(f"{where}: header says {n} bytes, the tensor type needs "
+                               f"{want_bytes}")
+    if start < _BLOB_META_BYTES or start + n > size:
+        raise ValueDecodeError(f"{where}: data range [{start}, {start + n}) lies outside the "
+                               "file (truncated or corrupted weights)")
 
 
 def _tensor_from_immediate(tv, dtype: np.dtype, shape: tuple):

@@ -1,0 +1,219 @@
+"""Load a saved ``.mlpackage`` (from rlxjax or coremltools) and run it.
+
+``load(path)`` reads the package's ``Manifest.json`` and model protobuf itself (no
+``libmodelpackage``), so that malformed packages surface as ``PackageError`` (or, for a
+program the reference interpreter cannot run, ``ReferenceRuntimeError``) rather than a
+crash. Inputs are fed by the model's input feature names (keyword) or in declaration order
+(positional); the result is a dict keyed by output feature name.
+
+When the package carries rlxjax's ``rlxjax.io`` metadata, inputs and outputs use the
+JAX-side shapes and dtypes (rank-0 values, bools, ...) exactly as ``Compiled.__call__``
+does; otherwise they are the Core ML feature shapes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from .api import _canonical
+from .coreml.lower import IOSpec
+from .coreml.package import MLPACKAGE_SUFFIX, PackageError
+from .errors import ArgumentError, RlxError
+from .runtime import resolve_backend
+
+_MANIFEST = "Manifest.json"
+_MAX_MANIFEST_BYTES = 1 << 20
+_AUTHOR = "com.apple.CoreML"
+
+
+def _inside(root: str, rel: str) -> str:
+    """``root``/``rel``, refusing paths that leave ``root``."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
+        raise PackageError(f"manifest path {rel!r} is not a relative path")
+    full = os.path.realpath(os.path.join(root, rel))
+    if os.path.commonpath([full, os.path.realpath(root)]) != os.path.realpath(root):
+        raise PackageError(f"manifest path {rel!r} points outside the package")
+    return full
+
+
+def _read_manifest(pkg: str) -> Tuple[str, Optional[str]]:
+    """(model file, weights folder or None) of the package at ``pkg``."""
+    mpath = os.path.join(pkg, _MANIFEST)
+    if not os.path.isfile(mpath):
+        raise PackageError(f"{pkg} has no {_MANIFEST}: not a Core ML package (or a "
+                           "half-written one)")
+    if os.path.getsize(mpath) > _MAX_MANIFEST_BYTES:
+        raise PackageError(f"{mpath} is implausibly large ({os.path.getsize(mpath)} bytes)")
+    try:
+        with open(mpath, "rb") as f:
+            manifest = json.loads(f.read().decode("utf-8"))
+        entries = manifest["itemInfoEntries"]
+        if not isinstance(entries, dict):
+            raise TypeError("itemInfoEntries is not an object")
+        model_rel = entries[manifest["rootModelIdentifier"]]["path"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise PackageError(f"{mpath} is malformed ({type(e).__name__}: {e})") from None
+    data = os.path.join(pkg, "Data")
+    model_file = _inside(data, model_rel)
+    if not os.path.isfile(model_file):
+        raise PackageError(f"{pkg}: the model file {model_rel!r} named by the manifest is missing")
+    weights = None
+    for entry in entries.values():
+        if (isinstance(entry, dict) and entry.get("name") == "weights"
+                and entry.get("author", _AUTHOR) == _AUTHOR and "path" in entry):
+            weights = _inside(data, entry["path"])
+            break
+    if weights is None:  # coremltools' convention: a 'weights' folder next to the model
+        weights = os.path.join(os.path.dirname(model_file), "weights")
+    return model_file, (weights if os.path.isdir(weights) else None)
+
+
+def _parse_model(model_file: str):
+    from coremltools.proto import Model_pb2
+    from google.protobuf.message import DecodeError
+
+    with open(model_file, "rb") as f:
+        data = f.read()
+    model = Model_pb2.Model()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise PackageError(f"{model_file} is not a valid Core ML model protobuf "
+                           f"({type(e).__name__}: {e}); the file is truncated or corrupted") from None
+    return model
+
+
+def _rlxjax_specs(model) -> Tuple[Optional[Tuple[IOSpec, ...]], Optional[Tuple[IOSpec, ...]]]:
+    raw = model.description.metadata.userDefined.get("rlxjax.io")
+    if raw is None:
+        return None, None
+    try:
+        io = json.loads(raw)
+
+        def specs(rows):
+            return tuple(IOSpec(name=str(r["name"]), mil_name=str(r["mil_name"]),
+                                shape=tuple(int(d) for d in r["shape"]), dtype=str(r["dtype"]),
+                                io_shape=tuple(int(d) for d in r["io_shape"]),
+                                io_dtype=str(r["io_dtype"])) for r in rows)
+
+        ins, outs = specs(io["inputs"]), specs(io["outputs"])
+        for s in ins + outs:
+            np.dtype(s.dtype), np.dtype(s.io_dtype)  # noqa: B018 - validates the names
+            if int(np.prod(s.shape, dtype=np.int64)) != int(np.prod(s.io_shape, dtype=np.int64)):
+                raise ValueError(f"'{s.name}': shape {s.shape} vs io_shape {s.io_shape}")
+    except (ValueError, KeyError, TypeError) as e:
+        raise PackageError(f"the package's rlxjax.io metadata is malformed "
+                           f"({type(e).__name__}: {e})") from None
+    return ins, outs
+
+
+# -- host <-> Core ML conversion (the IOSpec semantics Compiled.__call__ applies) ------------
+
+def to_io(spec: IOSpec, x) -> np.ndarray:
+    """A JAX-side argument -> the feature value Core ML is fed (python scalars and 64-bit
+    arrays canonicalized as ``Compiled.__call__`` does)."""
+    arr = _canonical(x)
+    if tuple(arr.shape) != spec.shape or arr.dtype.name != spec.dtype:
+        raise ArgumentError(
+            f"input '{spec.mil_name}' is {arr.dtype.name}{list(arr.shape)}, but the program "
+            f"takes {spec.dtype}{list(spec.shape)}")
+    return np.asarray(arr, dtype=spec.io_dtype).reshape(spec.io_shape)
+
+
+def from_io(spec: IOSpec, y) -> np.ndarray:
+    """A Core ML output feature -> the JAX-side value."""
+    return np.asarray(y).reshape(spec.shape).astype(spec.dtype, copy=False)
+
+
+class LoadedModel:
+    """A saved package ready to run: ``model(x=..., ...)`` or ``model(x, ...)`` -> dict."""
+
+    def __init__(self, path, model, weights_dir, backend):
+        self.path = path
+        self.spec = model
+        self.weights_dir = weights_dir
+        self.input_specs, self.output_specs = _rlxjax_specs(model)
+        self.input_names = tuple(f.name for f in model.description.input)
+        self.output_names = tuple(f.name for f in model.description.output)
+        if self.input_specs is not None:
+            self.input_names = tuple(s.mil_name for s in self.input_specs)
+            self.output_names = tuple(s.mil_name for s in self.output_specs)
+        self.backend = resolve_backend(backend)
+        if self.backend == "reference":
+            from .runtime.reference import ReferenceProgram
+
+            try:
+                self._program = ReferenceProgram(model, weights_dir)
+            except RlxError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a malformed program, never a crash
+                raise PackageError(f"{path}: cannot load the ML Program "
+                                   f"({type(e).__name__}: {e})") from e
+            self._run = self._program.run
+            if self.input_specs is None:
+                self._feature_dtypes = {k: v[0] for k, v in self._program.input_signatures.items()}
+        else:  # pragma: no cover - macOS only
+            import coremltools as ct
+
+            self._mlmodel = ct.models.MLModel(path, compute_units=ct.ComputeUnit.ALL)
+            self._run = self._mlmodel.predict
+            self._feature_dtypes = {}
+
+    def _feeds(self, args, kwargs) -> Dict[str, np.ndarray]:
+        if len(args) > len(self.input_names):
+            raise ArgumentError(f"{len(args)} positional arguments given, the model takes "
+                                f"{len(self.input_names)}: {list(self.input_names)}")
+        given = dict(zip(self.input_names, args))
+        for k, v in kwargs.items():
+            if k in given:
+                raise ArgumentError(f"input '{k}' given both positionally and by keyword")
+            given[k] = v
+        unknown = sorted(set(given) - set(self.input_names))
+        missing = [n for n in self.input_names if n not in given]
+        if unknown or missing:
+            raise ArgumentError(f"the model takes inputs {list(self.input_names)}; "
+                                f"unknown {unknown}, missing {missing}")
+        if self.input_specs is not None:
+            return {s.mil_name: to_io(s, given[s.mil_name]) for s in self.input_specs}
+        feeds = {}
+        for name, v in given.items():
+            arr = np.asarray(v)
+            want = self._feature_dtypes.get(name)
+            if want is not None and arr.dtype != want and np.can_cast(arr.dtype, want, "same_kind"):
+                arr = arr.astype(want)
+            feeds[name] = arr
+        return feeds
+
+    def __call__(self, *args, **kwargs) -> Dict[str, np.ndarray]:
+        res = self._run(self._feeds(args, kwargs))
+        if self.output_specs is not None:
+            return {s.mil_name: from_io(s, res[s.mil_name]) for s in self.output_specs}
+        return {n: np.asarray(res[n]) for n in self.output_names if n in res} or dict(res)
+
+    def __repr__(self):
+        return (f"LoadedModel({self.path!r}, inputs={list(self.input_names)}, "
+                f"outputs={list(self.output_names)}, backend={self.backend!r})")
+
+
+def load(path, backend: str | None = None) -> LoadedModel:
+    """Load a saved ``.mlpackage`` and return a callable running it on ``backend``
+    ("coreml" on macOS, "reference" elsewhere by default).
+
+    Raises ``PackageError`` for a missing or malformed package and
+    ``ReferenceRuntimeError`` for a program the reference interpreter cannot run (it names
+    the unsupported op)."""
+    try:
+        pkg = os.path.abspath(os.fspath(path))
+    except TypeError:
+        raise PackageError(f"expected a path, got {type(path).__name__}") from None
+    if not os.path.exists(pkg):
+        raise PackageError(f"no such package: {pkg}")
+    if not os.path.isdir(pkg):
+        raise PackageError(f"{pkg} is not a folder; a Core ML package is a "
+                           f"'*{MLPACKAGE_SUFFIX}' folder")
+    model_file, weights = _read_manifest(pkg)
+    model = _parse_model(model_file)
+    return LoadedModel(pkg, model, weights, backend)
