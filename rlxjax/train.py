@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from .api import CoreMLFunction
+from .coreml.package import remove_stale_staging, staging_prefix
 from .errors import ArgumentError, RlxError
 from .frontend import Traced, path_name
 from .frontend.interpreter import Lowering
@@ -44,7 +45,9 @@ class TrainState:
         path = os.fspath(path)
         leaves = jax.tree_util.tree_leaves((self.params, self.opt_state))
         arrays = {f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)}
-        fd, tmp = tempfile.mkstemp(prefix=".rlxjax-ckpt-", dir=os.path.dirname(os.path.abspath(path)))
+        folder = os.path.dirname(os.path.abspath(path))
+        remove_stale_staging(folder)
+        fd, tmp = tempfile.mkstemp(prefix=staging_prefix("ckpt-"), dir=folder)
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, step=np.int64(self.step), **arrays)

@@ -205,3 +205,15 @@ def test_validation_error_names_the_op():
     tanh.outputs[0].type.tensorType.dimensions[0].constant.size = 4  # declare a wrong shape
     with pytest.raises(rlxjax.ValidationError, match="at op tanh -> out"):
         compiled.validate()
+
+
+def test_save_removes_staging_left_by_killed_writers(tmp_path):
+    dead = tmp_path / ".rlxjax-999999999-abc"  # no such process
+    dead.mkdir()
+    (dead / "staged.mlpackage").mkdir()
+    dead_ckpt = tmp_path / ".rlxjax-ckpt-999999999-xyz"
+    dead_ckpt.write_bytes(b"half")
+    live = tmp_path / f".rlxjax-{os.getppid()}-busy"  # a running process: left alone
+    live.mkdir()
+    rlxjax.coreml_jit(lambda x: x + 1).lower(_x(2)).compile().save(tmp_path / "m.mlpackage")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.mlpackage", live.name])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -69,13 +70,53 @@ def replace_dir(new: str, path: str) -> None:
     shutil.rmtree(aside)
 
 
+_STAGING = re.compile(r"^\.rlxjax-(?:ckpt-)?(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def staging_prefix(kind: str = "") -> str:
+    """Prefix of a hidden staging entry that names the writing process, so that a later
+    save can tell a killed writer's leftovers from a save still in progress."""
+    return f".rlxjax-{kind}{os.getpid()}-"
+
+
+def remove_stale_staging(folder: str) -> None:
+    """Delete staging entries left in ``folder`` by writers that no longer run (a save
+    killed between staging and its final rename)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        m = _STAGING.match(name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            full = os.path.join(folder, name)
+            if os.path.isdir(full) and not os.path.islink(full):
+                shutil.rmtree(full, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(full)
+                except OSError:
+                    pass
+
+
 def save_mlpackage(model, weights_dir: str | None, path: str | os.PathLike) -> str:
     path = os.path.abspath(os.fspath(path))
     if not path.endswith(MLPACKAGE_SUFFIX):
         raise PackageError(f"a Core ML package path must end in {MLPACKAGE_SUFFIX}: {path}")
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
-    tmp_root = tempfile.mkdtemp(prefix=".rlxjax-", dir=parent)
+    remove_stale_staging(parent)
+    tmp_root = tempfile.mkdtemp(prefix=staging_prefix(), dir=parent)
     try:
         staged = os.path.join(tmp_root, "staged" + MLPACKAGE_SUFFIX)
         weights = weights_dir if weights_dir and os.listdir(weights_dir) else None
