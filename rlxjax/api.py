@@ -52,31 +52,31 @@ class Compiled:
         self._keep_alive = keep_alive  # owns the temporary weights folder
 
     # -- running -------------------------------------------------------------------
-    def _check_args(self, leaves, treedef) -> None:
+    def _checked_args(self, leaves, treedef) -> list:
+        """The leaves as canonical arrays, checked against the compiled signature."""
         if treedef != self._traced.in_tree:
             raise ArgumentError(
                 f"arguments have structure {treedef}, but the program was compiled for "
                 f"{self._traced.in_tree}")
+        arrays = []
         for spec, leaf in zip(self.input_specs, leaves):
             arr = _canonical(leaf)
+            arrays.append(arr)
             if tuple(arr.shape) != spec.shape or arr.dtype.name != spec.dtype:
                 raise ArgumentError(
                     f"argument '{spec.name}' is {arr.dtype.name}{list(arr.shape)}, but the program "
                     f"was compiled for {spec.dtype}{list(spec.shape)}; pass that shape and dtype, "
                     "or call the coreml_jit function itself (it compiles once per signature)")
+        return arrays
 
     def __call__(self, *args):
         leaves, treedef = jax.tree_util.tree_flatten(tuple(args))
-        self._check_args(leaves, treedef)
+        arrays = self._checked_args(leaves, treedef)
         if self._backend is None:
             self._backend = make_backend(self._backend_name, self.spec, self._weights_dir)
-        feeds = {}
-        for spec, leaf in zip(self.input_specs, leaves):
-            feeds[spec.mil_name] = np.asarray(_canonical(leaf), dtype=spec.io_dtype).reshape(
-                spec.io_shape)
+        feeds = {s.mil_name: s.to_feature(a) for s, a in zip(self.input_specs, arrays)}
         res = self._backend.run(feeds)
-        outs = [np.asarray(res[s.mil_name]).reshape(s.shape).astype(s.dtype, copy=False)
-                for s in self.output_specs]
+        outs = [s.from_feature(res[s.mil_name]) for s in self.output_specs]
         return jax.tree_util.tree_unflatten(self._traced.out_tree, outs)
 
     # -- inspecting ----------------------------------------------------------------

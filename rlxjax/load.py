@@ -120,12 +120,7 @@ def to_io(spec: IOSpec, x) -> np.ndarray:
         raise ArgumentError(
             f"input '{spec.mil_name}' is {arr.dtype.name}{list(arr.shape)}, but the program "
             f"takes {spec.dtype}{list(spec.shape)}")
-    return np.asarray(arr, dtype=spec.io_dtype).reshape(spec.io_shape)
-
-
-def from_io(spec: IOSpec, y) -> np.ndarray:
-    """A Core ML output feature -> the JAX-side value."""
-    return np.asarray(y).reshape(spec.shape).astype(spec.dtype, copy=False)
+    return spec.to_feature(arr)
 
 
 class LoadedModel:
@@ -190,7 +185,7 @@ class LoadedModel:
     def __call__(self, *args, **kwargs) -> Dict[str, np.ndarray]:
         res = self._run(self._feeds(args, kwargs))
         if self.output_specs is not None:
-            return {s.mil_name: from_io(s, res[s.mil_name]) for s in self.output_specs}
+            return {s.mil_name: s.from_feature(res[s.mil_name]) for s in self.output_specs}
         return {n: np.asarray(res[n]) for n in self.output_names if n in res} or dict(res)
 
     def __repr__(self):

@@ -38,6 +38,15 @@ class IOSpec:
     io_shape: Tuple[int, ...]  # what Core ML sees (rank >= 1)
     io_dtype: str      # 'float32' or 'int32'
 
+    def to_feature(self, arr: np.ndarray) -> np.ndarray:
+        """A JAX-side value of this input (shape/dtype already checked) -> what Core ML
+        is fed: rank >= 1, bool as int32."""
+        return np.asarray(arr, dtype=self.io_dtype).reshape(self.io_shape)
+
+    def from_feature(self, y) -> np.ndarray:
+        """A Core ML output feature -> the JAX-side value."""
+        return np.asarray(y).reshape(self.shape).astype(self.dtype, copy=False)
+
 
 def sanitize(name: str) -> str:
     s = re.sub(r"[^A-Za-z0-9_]", "_", name)

@@ -80,6 +80,18 @@ def group_norm(x, gamma, beta, *, num_groups, eps=1e-5, channel_axis=1):
                                channel_axis=c_ax, **flags)
 
 
+def _channel_stats(x, c, op, *named):
+    """Required per-channel (C,) vectors, in x's dtype, checked."""
+    stats = []
+    for name, a in named:
+        if a is None:
+            raise ValueError(f"{op}: {name} is required")
+        a = _as_like(a, x, name, op)
+        check_shape(name, a, (c,), op)
+        stats.append(a)
+    return stats
+
+
 def batch_norm(x, gamma, beta, mean, var, *, eps=1e-5, axis=-1):
     """Inference batch norm with frozen statistics:
     ``(x - mean) * rsqrt(var + eps) * gamma + beta``; all vectors (C,) along ``axis``."""
@@ -88,13 +100,7 @@ def batch_norm(x, gamma, beta, mean, var, *, eps=1e-5, axis=-1):
     axis = norm_axis(axis, x.ndim)
     c = x.shape[axis]
     ops, flags = _affine_ops(x, gamma, beta, (c,), op)
-    stats = []
-    for name, a in (("mean", mean), ("var", var)):
-        if a is None:
-            raise ValueError(f"{op}: {name} is required")
-        a = _as_like(a, x, name, op)
-        check_shape(name, a, (c,), op)
-        stats.append(a)
+    stats = _channel_stats(x, c, op, ("mean", mean), ("var", var))
     return P.batch_norm_p.bind(*ops, *stats, eps=norm_eps(eps), axis=axis, **flags)
 
 
@@ -108,13 +114,7 @@ def batch_norm_train(x, gamma, beta, *, eps=1e-5, axis=-1, momentum=0.99,
     axis = norm_axis(axis, x.ndim)
     c = x.shape[axis]
     ops, flags = _affine_ops(x, gamma, beta, (c,), op)
-    stats = []
-    for name, a in (("running_mean", running_mean), ("running_var", running_var)):
-        if a is None:
-            raise ValueError(f"{op}: {name} is required")
-        a = _as_like(a, x, name, op)
-        check_shape(name, a, (c,), op)
-        stats.append(a)
+    stats = _channel_stats(x, c, op, ("running_mean", running_mean), ("running_var", running_var))
     m = norm_eps(momentum, "momentum")
     if m > 1:
         raise ValueError(f"{op}: momentum must be in [0, 1], got {momentum!r}")
