@@ -94,8 +94,14 @@ class Compiled:
         return validate_model(self.spec, self._weights_dir)
 
     def mil_ops(self):
+        """Every MIL operation of the program, those in nested (cond / loop) blocks too."""
         block = next(iter(self.spec.mlProgram.functions["main"].block_specializations.values()))
-        return list(block.operations)
+        ops, stack = [], [block]
+        while stack:
+            for op in stack.pop().operations:
+                ops.append(op)
+                stack.extend(reversed(op.blocks))
+        return ops
 
     def op_histogram(self, include_const: bool = False) -> Dict[str, int]:
         c = Counter(op.type for op in self.mil_ops() if include_const or op.type != "const")

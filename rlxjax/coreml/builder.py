@@ -58,13 +58,25 @@ class Var(Typed):
 
 
 class _Op:
-    __slots__ = ("type", "inputs", "outputs", "attrs")
+    __slots__ = ("type", "inputs", "outputs", "attrs", "blocks")
 
-    def __init__(self, type, inputs, outputs, attrs):
+    def __init__(self, type, inputs, outputs, attrs, blocks=()):
         self.type = type
         self.inputs = inputs    # name -> Var | list[Var]
         self.outputs = outputs  # list[Var]
         self.attrs = attrs      # extra attributes (const "val")
+        self.blocks = list(blocks)  # nested blocks (cond, while_loop)
+
+
+class Block:
+    """A nested MIL block under construction: its input vars, ops and output vars."""
+
+    __slots__ = ("inputs", "ops", "outputs")
+
+    def __init__(self, inputs: List[Var]):
+        self.inputs = inputs
+        self.ops: List[_Op] = []
+        self.outputs: List[Var] = []
 
 
 Operand = Union[Var, Sequence[Var], np.ndarray, bool, int, float, str]
@@ -79,6 +91,8 @@ class MilBuilder:
         self._blob_writer_factory = blob_writer_factory
         self._blob = None
         self._known: Dict[int, object] = {}  # id(Var) -> value, for constants and folds
+        self._root = self.ops       # constants always go here: visible in every block
+        self._blocks: List[Block] = []  # open nested blocks, innermost last
 
     # -- names ---------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -118,7 +132,7 @@ class MilBuilder:
         var = Var(self.fresh("const"), t, None)
         op = _Op("const", {}, [var], {"val": val})
         var.producer = op
-        self.ops.append(op)
+        self._root.append(op)
         self._const_cache[key] = var
         self._known[id(var)] = str(arr) if arr.dtype.kind == "U" else arr
         return var
@@ -184,6 +198,46 @@ class MilBuilder:
         self.ops.append(op)
         return outs[0] if single else tuple(outs)
 
+    def known(self, var: Var):
+        """The value of ``var`` if it is a constant or folded, else None."""
+        return self._known.get(id(var))
+
+    # -- nested blocks ---------------------------------------------------------------
+    def begin_block(self, input_types: Sequence[TensorType] = ()) -> List[Var]:
+        """Open a nested block; ops go into it until ``end_block``. Returns its input vars."""
+        inputs = [Var(self.fresh("blk_in"), t, None) for t in input_types]
+        blk = Block(inputs)
+        self._blocks.append(blk)
+        self.ops = blk.ops
+        return inputs
+
+    def end_block(self, outputs: Sequence[Var]) -> Block:
+        """Close the innermost block with ``outputs``. A value the block did not compute
+        itself (one of its inputs, a constant, an outer value) or one returned twice is
+        passed through an identity op, so every block output is produced in the block."""
+        blk = self._blocks[-1]
+        own = {id(o) for op in blk.ops for o in op.outputs if op.type != "const"}
+        seen: set = set()
+        for v in outputs:
+            if id(v) not in own or id(v) in seen:
+                v = self.op("identity", v.type, fold=False, x=v)
+            seen.add(id(v))
+            blk.outputs.append(v)
+        self._blocks.pop()
+        self.ops = self._blocks[-1].ops if self._blocks else self._root
+        return blk
+
+    def op_with_blocks(self, type: str, out_types: Sequence[TensorType],
+                       blocks: Sequence[Block], **inputs: Operand):
+        """Append a control-flow op (``cond``, ``while_loop``) carrying nested blocks."""
+        ins = {k: self._operand(v) for k, v in inputs.items() if v is not None}
+        outs = [Var(self.fresh(type), t, None) for t in out_types]
+        op = _Op(type, ins, outs, {}, blocks)
+        for o in outs:
+            o.producer = op
+        self.ops.append(op)
+        return tuple(outs)
+
     # -- constant folding ------------------------------------------------------------
     def _fold(self, type: str, ins, types) -> Optional[List[np.ndarray]]:
         """Values of an op whose inputs are all known, computed with the reference
@@ -240,7 +294,14 @@ def _op_proto(op: _Op) -> MIL_pb2.Operation:
         else:
             vt = value_type(o.type)
         p.outputs.add(name=o.name, type=vt)
-    p.attributes["name"].CopyFrom(ct_helper.create_scalar_value(op.outputs[0].name))
+    if op.outputs:  # an op without outputs (write_state) carries its name in attrs
+        p.attributes["name"].CopyFrom(ct_helper.create_scalar_value(op.outputs[0].name))
     for k, v in op.attrs.items():
         p.attributes[k].CopyFrom(v)
+    for blk in op.blocks:
+        p.blocks.add(
+            inputs=[MIL_pb2.NamedValueType(name=v.name, type=value_type(v.type))
+                    for v in blk.inputs],
+            outputs=[v.name for v in blk.outputs],
+            operations=[_op_proto(o) for o in blk.ops])
     return p

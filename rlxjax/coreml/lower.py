@@ -84,6 +84,30 @@ class LowerContext:
     def unsupported(self, node: Node, detail: str) -> UnsupportedPrimitiveError:
         return UnsupportedPrimitiveError(node.op, node.source, detail)
 
+    def lower_nodes(self, nodes, env: dict) -> None:
+        """Lower ``nodes`` in order into the builder's current block; ``env`` maps RLX
+        value ids to MIL vars and receives the nodes' outputs."""
+        for node in nodes:
+            fn = LOWERINGS.get(node.op)
+            if fn is None:
+                raise self.unsupported(node, "no Core ML lowering for this RLX op")
+            outs = fn(self, node, *[env[v.id] for v in node.inputs])
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            for i, (v, mv) in enumerate(zip(node.outputs, outs)):
+                want = self.out_type(node, i)
+                if mv.type != want:
+                    raise RlxError(f"internal: lowering of {node.op} gave {mv.type}, "
+                                   f"expected {want}")
+                env[v.id] = mv
+
+    def lower_region(self, region: Graph, inputs) -> List[Var]:
+        """Lower a region graph (ir/control.py) on MIL vars ``inputs`` into the current
+        block; returns the vars of its outputs."""
+        _check_static(region)
+        env = {v.id: mv for (_, v), mv in zip(region.inputs, inputs)}
+        self.lower_nodes(region.nodes, env)
+        return [env[v.id] for _, v in region.outputs]
+
 
 def _check_static(graph: Graph) -> None:
     for name, v in graph.inputs:
@@ -125,17 +149,7 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str):
         in_specs.append(spec)
         env[v.id] = _from_io(ctx, var, v.type)
 
-    for node in graph.nodes:
-        fn = LOWERINGS.get(node.op)
-        if fn is None:
-            raise ctx.unsupported(node, "no Core ML lowering for this RLX op")
-        outs = fn(ctx, node, *[env[v.id] for v in node.inputs])
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        for i, (v, mv) in enumerate(zip(node.outputs, outs)):
-            want = ctx.out_type(node, i)
-            if mv.type != want:
-                raise RlxError(f"internal: lowering of {node.op} gave {mv.type}, expected {want}")
-            env[v.id] = mv
+    ctx.lower_nodes(graph.nodes, env)
 
     out_specs, block_outputs, renamed = [], [], set()
     for (name, v), mil_name in zip(graph.outputs, out_names):

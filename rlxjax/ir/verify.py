@@ -9,6 +9,12 @@ class GraphVerificationError(ValueError):
     pass
 
 
+def _regions(n):
+    from .control import regions  # late import: control imports ops
+
+    return regions(n)
+
+
 def verify(g: Graph) -> Graph:
     defined = set()
     names = set()
@@ -34,6 +40,11 @@ def verify(g: Graph) -> Graph:
             if v.node is not n or v.index != i or v.id in defined:
                 raise GraphVerificationError(f"{n.op}: output %{v.id} is not owned by the node")
             defined.add(v.id)
+        for sub in _regions(n):
+            try:
+                verify(sub)
+            except GraphVerificationError as e:
+                raise GraphVerificationError(f"in a region of {n.op}: {e}") from None
     out_names = set()
     for name, v in g.outputs:
         if name in out_names:

@@ -7,13 +7,14 @@ output needs them, and dead code is removed at the end.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import Graph, TensorType, Value, verify
 from . import vjp  # noqa: F401  (registers the rules)
+from .regions import unroll_scans
 from .rewrite import dce
 from .vjp.registry import NON_DIFFERENTIABLE, VJPS
 
@@ -79,10 +80,26 @@ def backward(graph: Graph, loss: Value, wrt: Sequence[Value]) -> List[Value]:
     gradients (one per ``wrt``, zeros where ``loss`` does not depend on it)."""
     if loss.type.rank != 0 or not loss.dtype.is_float:
         raise RlxError(f"the loss must be a float scalar, got {loss.type}")
+    # Seed with a constant 1 (added to the graph only when the loss depends on wrt).
+    return backward_seeded(graph, [(loss, None)], wrt)
+
+
+def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]],
+                    wrt: Sequence[Value]) -> List[Value]:
+    """The vector-Jacobian product: append the backward pass that starts from cotangent
+    ``ct`` on each ``(value, ct)`` of ``seeds`` (``ct`` None: a scalar 1) and return the
+    cotangents of ``wrt``. Scans are unrolled first (transforms/regions.py)."""
+    if unroll_scans(graph):
+        verify(graph)
     forward = list(graph.nodes)
     active = active_values(graph, wrt)
     ctx = GradContext(graph)
-    cts: Dict[int, Value] = {loss.id: ctx.scalar(1.0, loss)} if loss.id in active else {}
+    cts: Dict[int, Value] = {}
+    for v, ct in seeds:
+        if v.id not in active:
+            continue
+        ct = ctx.scalar(1.0, v) if ct is None else ct
+        cts[v.id] = ct if v.id not in cts else ctx.add("add", cts[v.id], ct)
 
     for node in reversed(forward):
         out_cts = [cts.get(v.id) for v in node.outputs]

@@ -5,3 +5,4 @@ from . import indexing  # noqa: F401
 from . import pool  # noqa: F401
 from . import conv  # noqa: F401
 from . import random  # noqa: F401
+from . import control  # noqa: F401

@@ -1,8 +1,11 @@
-"""Frontend rules for call-like primitives: their jaxprs are inlined into the graph."""
+"""Frontend rules for call-like primitives (their jaxprs are inlined into the graph) and
+for control flow (cond / while / scan become region-carrying RLX ops, ir/control.py)."""
 from __future__ import annotations
 
+import numpy as np
 from jax.extend import core as jex_core
 
+from ...ir import DType, Graph
 from ..registry import rule
 
 
@@ -33,3 +36,65 @@ def _custom_vjp_call(ctx, eqn, *args):
     p = eqn.params
     jaxpr = p.get("call_jaxpr") or p.get("fun_jaxpr")
     return _inline(ctx, jaxpr, args)
+
+
+# -- control flow: region-carrying RLX ops ---------------------------------------------------
+def _region(ctx, name, closed, in_types):
+    """Translate a closed jaxpr into a region graph taking values of ``in_types``."""
+    from ..interpreter import Lowering
+
+    g = Graph(name)
+    sub = Lowering(g)
+    sub.source, sub.primitive = ctx.source, ctx.primitive
+    ins = [g.add_input(f"in{i}", t) for i, t in enumerate(in_types)]
+    outs = _inline(sub, closed, ins)
+    for i, v in enumerate(outs):
+        g.add_output(f"out{i}", v)
+    return g
+
+
+def _types(values):
+    return [v.type for v in values]
+
+
+@rule("cond")
+def _cond(ctx, eqn, index, *operands):
+    if index.dtype != DType.i32:  # JAX passes an int32 index; be explicit about anything else
+        raise ctx.unsupported(f"cond index of type {index.type}")
+    branches = tuple(_region(ctx, f"branch{k}", br, _types(operands))
+                     for k, br in enumerate(eqn.params["branches"]))
+    if len(branches) == 1:
+        return _inline(ctx, eqn.params["branches"][0], operands)
+    return ctx.add_multi("cond", (index,) + tuple(operands), branches=branches)
+
+
+@rule("while")
+def _while(ctx, eqn, *args):
+    p = eqn.params
+    nc, nb = p["cond_nconsts"], p["body_nconsts"]
+    cc, bc, init = args[:nc], args[nc:nc + nb], args[nc + nb:]
+    cond = _region(ctx, "cond", p["cond_jaxpr"], _types(cc) + _types(init))
+    body = _region(ctx, "body", p["body_jaxpr"], _types(bc) + _types(init))
+    return ctx.add_multi("while", args, cond=cond, body=body, n_cond_consts=nc,
+                         n_body_consts=nb)
+
+
+@rule("scan")
+def _scan(ctx, eqn, *args):
+    p = eqn.params
+    length, nc, nk = int(p["length"]), p["num_consts"], p["num_carry"]
+    consts, init, xs = args[:nc], args[nc:nc + nk], args[nc + nk:]
+    if length == 0:
+        raise ctx.unsupported("scan of length 0 (Core ML has no zero-size tensors)")
+    x_types = [t.with_shape(tuple(t.shape[1:])) for t in _types(xs)]
+    body = _region(ctx, "body", p["jaxpr"], _types(consts) + _types(init) + x_types)
+    return ctx.add_multi("scan", args, body=body, length=length, reverse=bool(p["reverse"]),
+                         num_consts=nc, num_carry=nk)
+
+
+@rule("empty2", "empty")
+def _empty(ctx, eqn):
+    # JAX's placeholder for residuals of an untaken cond branch or a scan's first step:
+    # its contents are unspecified and never read; XLA materialises zeros, and so do we.
+    aval = eqn.outvars[0].aval
+    return ctx.constant(np.zeros(aval.shape, aval.dtype))

@@ -19,6 +19,9 @@ class ReferenceRuntimeError(RlxError, RuntimeError):
     """The reference backend could not load or execute a program (message names op and output)."""
 
 
+# Ops with nested blocks: the ReferenceProgram method that runs them.
+_CONTROL = {"cond": "_cond", "while_loop": "_while_loop"}
+
 # Binding kinds of a prepared op input.
 _NAME, _CONST, _LIST = 0, 1, 2
 
@@ -37,18 +40,31 @@ def _shape_ok(shape, expected) -> bool:
 
 
 class _Step:
-    __slots__ = ("fn", "op_type", "inputs", "outputs", "out_sigs", "extra")
+    __slots__ = ("fn", "op_type", "inputs", "outputs", "out_sigs", "extra", "blocks")
 
-    def __init__(self, fn, op_type, inputs, outputs, out_sigs, extra):
+    def __init__(self, fn, op_type, inputs, outputs, out_sigs, extra, blocks=None):
         self.fn = fn
         self.op_type = op_type
         self.inputs = inputs  # tuple of (param, kind, payload)
         self.outputs = outputs  # tuple of output names
         self.out_sigs = out_sigs  # tuple of (dtype, shape) or None (non-tensor output)
         self.extra = extra  # dict merged into the op's inputs (e.g. declared output dtypes)
+        self.blocks = blocks  # control flow: tuple of _Block; fn is then a method of
+        # ReferenceProgram taking (step, inputs, env)
 
     def where(self) -> str:
         return f"op '{self.op_type}' (output '{self.outputs[0] if self.outputs else '?'}')"
+
+
+class _Block:
+    """A prepared nested block: input names (bound per execution), steps, output names."""
+
+    __slots__ = ("inputs", "steps", "outputs")
+
+    def __init__(self, inputs, steps, outputs):
+        self.inputs = inputs
+        self.steps = steps
+        self.outputs = outputs
 
 
 class ReferenceProgram:
@@ -96,12 +112,11 @@ class ReferenceProgram:
     def _prepare_op(self, op, known):
         outputs = tuple(o.name for o in op.outputs)
         where = f"op '{op.type}' (output '{outputs[0] if outputs else '?'}')"
-        impl = OPS.get(op.type)
+        impl = OPS.get(op.type) if not op.blocks else _CONTROL.get(op.type)
         if impl is None:
             raise ReferenceRuntimeError(f"{where}: unknown op type '{op.type}' "
-                                        "(not implemented by the reference backend)")
-        if op.blocks:
-            raise ReferenceRuntimeError(f"{where}: ops with nested blocks are not supported")
+                                        + ("with nested blocks " if op.blocks else "")
+                                        + "(not implemented by the reference backend)")
         try:
             out_sigs = tuple(
                 tensor_signature(o.type) if o.type.WhichOneof("type") == "tensorType" else None
@@ -137,8 +152,60 @@ class ReferenceProgram:
         extra = {}
         if op.type in WANTS_OUTPUT_DTYPES:
             extra[OUTPUT_DTYPES_KEY] = tuple(s[0] if s else None for s in out_sigs)
-        self._steps.append(_Step(impl, op.type, tuple(inputs), outputs, out_sigs, extra))
+        blocks = None
+        if op.blocks:
+            blocks = self._prepare_blocks(where, op, known)
+            impl = getattr(self, impl)
+        self._steps.append(_Step(impl, op.type, tuple(inputs), outputs, out_sigs, extra, blocks))
         known.update(outputs)
+
+    def _prepare_blocks(self, where, op, known):
+        want = 2 if op.type in ("cond", "while_loop") else None
+        if len(op.blocks) != want:
+            raise ReferenceRuntimeError(f"{where}: has {len(op.blocks)} blocks, expected {want}")
+        n_in = 0 if op.type == "cond" else len(op.inputs["loop_vars"].arguments)
+        blocks, outer = [], self._steps
+        try:
+            for k, blk in enumerate(op.blocks):
+                if len(blk.inputs) != n_in:
+                    raise ReferenceRuntimeError(
+                        f"{where}: block {k} has {len(blk.inputs)} inputs, expected {n_in}")
+                inner = set(known) | {i.name for i in blk.inputs}
+                self._steps = []
+                for sub in blk.operations:
+                    self._prepare_op(sub, inner)
+                missing = [n for n in blk.outputs if n not in inner]
+                if missing:
+                    raise ReferenceRuntimeError(
+                        f"{where}: block {k} outputs {missing} are never produced")
+                blocks.append(_Block(tuple(i.name for i in blk.inputs), tuple(self._steps),
+                                     tuple(blk.outputs)))
+        finally:
+            self._steps = outer
+        return tuple(blocks)
+
+    # -- control flow ---------------------------------------------------------------------------
+
+    def _run_block(self, block, env, values=()):
+        for name, v in zip(block.inputs, values):
+            env[name] = v
+        self._exec(block.steps, env)
+        return [env[n] for n in block.outputs]
+
+    def _cond(self, step, inputs, env):
+        pred = np.asarray(inputs["pred"])
+        if pred.dtype != np.bool_ or pred.size != 1:
+            raise ValueError(f"pred must be a bool scalar, got {pred.dtype}{list(pred.shape)}")
+        return self._run_block(step.blocks[0] if bool(pred) else step.blocks[1], env)
+
+    def _while_loop(self, step, inputs, env):
+        values = list(inputs["loop_vars"])
+        cond, body = step.blocks
+        while True:
+            (pred,) = self._run_block(cond, env, values)
+            if not bool(np.asarray(pred)):
+                return values
+            values = self._run_block(body, env, values)
 
     @staticmethod
     def _check_output(where, name, value, sig):
@@ -189,28 +256,34 @@ class ReferenceProgram:
         env.update(self._consts)
         # Inf / NaN are legitimate results of the simulated arithmetic: no numpy warnings.
         with np.errstate(all="ignore"):
-            for step in self._steps:
-                kwargs = dict(step.extra)
-                for param, kind, payload in step.inputs:
-                    if kind == _NAME:
-                        kwargs[param] = env[payload]
-                    elif kind == _CONST:
-                        kwargs[param] = payload
-                    else:
-                        kwargs[param] = [env[p] if k == _NAME else p for k, p in payload]
-                try:
-                    results = step.fn(kwargs)
-                except ReferenceRuntimeError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - re-raised with op context
-                    raise ReferenceRuntimeError(
-                        f"{step.where()}: {type(e).__name__}: {e}") from e
-                if len(results) != len(step.outputs):
-                    raise ReferenceRuntimeError(
-                        f"{step.where()}: produced {len(results)} outputs, program declares "
-                        f"{len(step.outputs)}")
-                for name, value, sig in zip(step.outputs, results, step.out_sigs):
-                    self._check_output(step.where(), name, value, sig)
-                    env[name] = value
+            self._exec(self._steps, env)
         # Copies: outputs must not alias feeds, consts or each other.
         return {n: np.array(env[n], copy=True) for n in self.output_names}
+
+    def _exec(self, steps, env) -> None:
+        """Run prepared steps, reading and writing values in ``env`` (MIL names are unique
+        across a function, so nested blocks share their enclosing environment)."""
+        for step in steps:
+            kwargs = dict(step.extra)
+            for param, kind, payload in step.inputs:
+                if kind == _NAME:
+                    kwargs[param] = env[payload]
+                elif kind == _CONST:
+                    kwargs[param] = payload
+                else:
+                    kwargs[param] = [env[p] if k == _NAME else p for k, p in payload]
+            try:
+                results = (step.fn(kwargs) if step.blocks is None
+                           else step.fn(step, kwargs, env))
+            except ReferenceRuntimeError:
+                raise
+            except Exception as e:  # noqa: BLE001 - re-raised with op context
+                raise ReferenceRuntimeError(
+                    f"{step.where()}: {type(e).__name__}: {e}") from e
+            if len(results) != len(step.outputs):
+                raise ReferenceRuntimeError(
+                    f"{step.where()}: produced {len(results)} outputs, program declares "
+                    f"{len(step.outputs)}")
+            for name, value, sig in zip(step.outputs, results, step.out_sigs):
+                self._check_output(step.where(), name, value, sig)
+                env[name] = value

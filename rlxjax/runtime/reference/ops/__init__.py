@@ -14,7 +14,7 @@ from typing import Callable
 #: op type -> implementation
 OPS: dict[str, Callable] = {}
 #: op type -> names of its tuple-typed inputs (always passed as a list, even with one binding)
-TUPLE_INPUTS: dict[str, frozenset] = {}
+TUPLE_INPUTS: dict[str, frozenset] = {"while_loop": frozenset({"loop_vars"})}
 #: op types whose implementation needs the declared output dtypes (see OUTPUT_DTYPES_KEY)
 WANTS_OUTPUT_DTYPES: set = set()
 #: extra key the interpreter puts into ``inputs`` for ops in WANTS_OUTPUT_DTYPES: a tuple with the

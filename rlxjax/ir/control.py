@@ -1,0 +1,101 @@
+"""Control flow: ops that carry regions (closed sub-graphs) in their parameters.
+
+A region is a ``Graph`` whose inputs are exactly the values passed to it: regions never
+read values of the enclosing graph directly, so every pass that works on one graph (DCE,
+substitution, the grad transform) sees all of a region op's dependencies as its inputs.
+
+- ``cond(index, *operands; branches)``: runs ``branches[index]`` on the operands (the
+  index is clamped into range, as ``lax.switch`` does); every branch has the same
+  signature.
+- ``while(*cond_consts, *body_consts, *init; cond, body, n_cond_consts, n_body_consts)``:
+  ``cond(cond_consts, carry) -> bool[]``, ``body(body_consts, carry) -> carry``.
+- ``scan(*consts, *init, *xs; body, length, reverse, num_consts, num_carry)``:
+  ``body(consts, carry, x_t) -> (carry, y_t)``; outputs are the final carry and the
+  ``y_t`` stacked along a new leading axis of size ``length``.
+"""
+from __future__ import annotations
+
+from typing import Iterator, List, Sequence
+
+from .graph import Graph, Node
+from .ops import _require, defop
+from .types import DType, TensorType
+
+REGION_OPS = ("cond", "while", "scan")
+
+
+def regions(node: Node) -> Iterator[Graph]:
+    """The sub-graphs a node carries (none for ordinary ops)."""
+    for v in node.params.values():
+        if isinstance(v, Graph):
+            yield v
+        elif isinstance(v, tuple):
+            yield from (g for g in v if isinstance(g, Graph))
+
+
+def _in_types(g: Graph) -> List[TensorType]:
+    return [v.type for _, v in g.inputs]
+
+
+def _out_types(g: Graph) -> List[TensorType]:
+    return [v.type for _, v in g.outputs]
+
+
+def _sig(types: Sequence[TensorType]) -> str:
+    return "(" + ", ".join(map(str, types)) + ")"
+
+
+@defop("cond", "control", None)
+def _cond(ts, p):
+    branches = p["branches"]
+    _require(isinstance(branches, tuple) and len(branches) >= 1
+             and all(isinstance(g, Graph) for g in branches), "cond needs branch graphs")
+    _require(len(ts) >= 1 and ts[0].rank == 0 and ts[0].dtype == DType.i32,
+             f"cond index must be i32[], got {ts[0] if ts else 'nothing'}")
+    operands = list(ts[1:])
+    outs = _out_types(branches[0])
+    for k, g in enumerate(branches):
+        _require(_in_types(g) == operands,
+                 f"cond branch {k} takes {_sig(_in_types(g))}, operands are {_sig(operands)}")
+        _require(_out_types(g) == outs,
+                 f"cond branch {k} returns {_sig(_out_types(g))}, branch 0 {_sig(outs)}")
+    return outs
+
+
+@defop("while", "control", None)
+def _while(ts, p):
+    cond, body = p["cond"], p["body"]
+    nc, nb = p["n_cond_consts"], p["n_body_consts"]
+    _require(isinstance(cond, Graph) and isinstance(body, Graph), "while needs graphs")
+    _require(0 <= nc and 0 <= nb and nc + nb <= len(ts), "while: bad const counts")
+    cc, bc, carry = list(ts[:nc]), list(ts[nc:nc + nb]), list(ts[nc + nb:])
+    _require(_in_types(cond) == cc + carry,
+             f"while cond takes {_sig(_in_types(cond))}, given {_sig(cc + carry)}")
+    _require(_out_types(cond) == [TensorType((), DType.bool)],
+             f"while cond must return bool[], returns {_sig(_out_types(cond))}")
+    _require(_in_types(body) == bc + carry,
+             f"while body takes {_sig(_in_types(body))}, given {_sig(bc + carry)}")
+    _require(_out_types(body) == carry,
+             f"while body returns {_sig(_out_types(body))}, carry is {_sig(carry)}")
+    return carry
+
+
+@defop("scan", "control", None)
+def _scan(ts, p):
+    body, length = p["body"], p["length"]
+    nc, nk = p["num_consts"], p["num_carry"]
+    _require(isinstance(body, Graph), "scan needs a body graph")
+    _require(isinstance(length, int) and length >= 1, f"scan length must be >= 1, got {length}")
+    _require(isinstance(p["reverse"], bool), "scan needs reverse=bool")
+    consts, carry, xs = list(ts[:nc]), list(ts[nc:nc + nk]), list(ts[nc + nk:])
+    for x in xs:
+        _require(x.rank >= 1 and x.shape[0] == length,
+                 f"scan: xs {x} does not have leading dimension {length}")
+    x_t = [x.with_shape(tuple(x.shape[1:])) for x in xs]
+    _require(_in_types(body) == consts + carry + x_t,
+             f"scan body takes {_sig(_in_types(body))}, given {_sig(consts + carry + x_t)}")
+    outs = _out_types(body)
+    _require(outs[:nk] == carry,
+             f"scan body returns carry {_sig(outs[:nk])}, carry is {_sig(carry)}")
+    ys = [y.with_shape((length,) + tuple(y.shape)) for y in outs[nk:]]
+    return carry + ys
