@@ -107,11 +107,13 @@ class Compiled:
         c = Counter(op.type for op in self.mil_ops() if include_const or op.type != "const")
         return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
 
-    def cost_analysis(self) -> Dict[str, int]:
-        ops = self.mil_ops()
-        return {"mil_ops": sum(op.type != "const" for op in ops),
-                "mil_consts": sum(op.type == "const" for op in ops),
-                "rlx_nodes": len(self.graph.nodes)}
+    def cost_analysis(self) -> dict:
+        """A static cost model (coreml/cost.py): totals ``mil_ops``, ``mil_consts``,
+        ``flops``, ``bytes_read``, ``bytes_written``, ``weight_bytes``, ``rlx_nodes`` and
+        ``ops``, one row per MIL op (type, name, flops, bytes read/written, block depth)."""
+        from .coreml.cost import analyse
+
+        return dict(analyse(self.spec), rlx_nodes=len(self.graph.nodes))
 
     def as_text(self) -> str:
         """The MIL program as text (via coremltools' loader)."""

@@ -98,9 +98,45 @@ def describe(path) -> str:
         for r in rows:
             lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths + [0])).rstrip())
     if counts is not None:
-        n = sum(v for k, v in counts.items() if k != "const")
-        lines.append(f"  MIL ops: {n} (+ {counts.get('const', 0)} const)")
+        lines += _cost_lines(spec, counts)
+    return "\n".join(lines)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _count(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} "
+
+
+def _cost_lines(spec, counts):
+    from .coreml.cost import analyse, by_type
+
+    n = sum(v for k, v in counts.items() if k != "const")
+    try:
+        cost = analyse(spec, next(iter(spec.mlProgram.functions)))
+    except Exception:  # a foreign program the cost model cannot read: op counts only
+        cost = None
+    lines = [f"  MIL ops: {n} (+ {counts.get('const', 0)} const)"]
+    if cost is None:
         for op, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
             if op != "const":
                 lines.append(f"    {op:<24}{c}")
-    return "\n".join(lines)
+        return lines
+    lines.append(f"  weights: {_size(cost['weight_bytes'])} in constants")
+    lines.append(f"  estimated cost per call (a static model; loop bodies counted once): "
+                 f"{_count(cost['flops'])}FLOP, {_size(cost['bytes_read'])} read, "
+                 f"{_size(cost['bytes_written'])} written")
+    lines.append(f"    {'op':<24}{'count':>6}{'FLOPs':>12}{'read':>12}{'written':>12}")
+    for op, a in by_type(cost["ops"]).items():
+        lines.append(f"    {op:<24}{a['count']:>6}{_count(a['flops']):>12}"
+                     f"{_size(a['bytes_read']):>12}{_size(a['bytes_written']):>12}")
+    return lines

@@ -1,0 +1,158 @@
+"""A static cost model of an ML Program: FLOPs and bytes per MIL op and in total.
+
+Device time cannot be measured off a Mac, so ``Compiled.cost_analysis()`` and
+``rlxjax inspect`` report what the program asks the hardware to do, read from the protobuf
+alone (any package, not only rlxjax's):
+
+- FLOPs: ``2·M·N·K`` for ``matmul`` / ``linear``, ``2·|out|·|w[1:]|`` for ``conv``
+  (``2·|x|·|w[1:]|`` for ``conv_transpose``), ``|x|`` for reductions, ``|out|`` for other
+  arithmetic, 0 for pure data movement (reshape, transpose, slices, gathers, casts, ...);
+  transcendental functions count as one FLOP per element (a model, not a measurement).
+- bytes read / written: the sizes of every tensor an op reads and writes (no caching).
+- ops inside ``cond`` / ``while_loop`` blocks are counted once (``depth`` > 0): a loop's trip
+  count is a runtime value.
+- weight bytes: the size of every constant.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+_DTYPE_BYTES = {"FLOAT32": 4, "FLOAT16": 2, "INT32": 4, "BOOL": 1, "INT8": 1, "UINT8": 1,
+                "INT16": 2, "UINT16": 2, "FLOAT64": 8, "INT64": 8}
+
+_MOVEMENT = {
+    "reshape", "transpose", "squeeze", "expand_dims", "slice_by_index", "slice_by_size",
+    "concat", "split", "stack", "tile", "pad", "gather", "gather_nd", "gather_along_axis",
+    "scatter", "scatter_nd", "scatter_along_axis", "identity", "cast", "fill", "const",
+    "cond", "while_loop", "read_state", "coreml_update_state", "shape", "reverse",
+    "slice_update", "band_part", "one_hot",
+}
+_REDUCTIONS = {"reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
+               "reduce_l2_norm", "reduce_sum_square", "reduce_log_sum_exp", "reduce_argmax",
+               "reduce_argmin", "cumsum"}
+
+Shape = Tuple[int, ...]
+
+
+def _tensor(vt) -> Optional[Tuple[Shape, str]]:
+    if vt.WhichOneof("type") == "tensorType":
+        t = vt.tensorType
+        from coremltools.proto import MIL_pb2
+
+        dims = tuple(int(d.constant.size) if d.WhichOneof("dimension") == "constant" else 1
+                     for d in t.dimensions)
+        return dims, MIL_pb2.DataType.Name(t.dataType)
+    if vt.WhichOneof("type") == "stateType":
+        return _tensor(vt.stateType.wrappedType)
+    return None
+
+
+def _nbytes(t) -> int:
+    if t is None:
+        return 0
+    shape, dtype = t
+    return int(np.prod(shape, dtype=np.int64)) * _DTYPE_BYTES.get(dtype, 4)
+
+
+def _numel(t) -> int:
+    return 0 if t is None else int(np.prod(t[0], dtype=np.int64))
+
+
+def _flag(consts, op, name) -> bool:
+    arg = op.inputs.get(name)
+    if arg is None or not arg.arguments:
+        return False
+    b = arg.arguments[0]
+    if b.WhichOneof("binding") == "name":
+        return bool(consts.get(b.name, False))
+    v = b.value.immediateValue.tensor
+    return bool(v.bools.values[0]) if v.bools.values else False
+
+
+def _flops(op, ins: Dict[str, object], outs: List[object], consts) -> int:
+    t = op.type
+    if t in _MOVEMENT:
+        return 0
+    out = outs[0] if outs else None
+    if t in ("matmul", "linear"):
+        x = ins.get("x")
+        if x is None or out is None:
+            return 0
+        k = x[0][-1] if not (t == "matmul" and _flag(consts, op, "transpose_x")) else x[0][-2]
+        return 2 * _numel(out) * int(k)
+    if t in ("conv", "conv_transpose"):
+        w, x = ins.get("weight"), ins.get("x")
+        if w is None:
+            return 0
+        per = int(np.prod(w[0][1:], dtype=np.int64))
+        return 2 * per * (_numel(x) if t == "conv_transpose" else _numel(out))
+    if t in _REDUCTIONS:
+        return _numel(ins.get("x"))
+    return sum(_numel(o) for o in outs)
+
+
+def analyse(spec, function: str = "main") -> dict:
+    """Cost of ``spec``'s ML Program function: totals and one row per op."""
+    fn = spec.mlProgram.functions[function]
+    block = fn.block_specializations[fn.opset]
+    types = {nv.name: _tensor(nv.type) for nv in fn.inputs}
+    consts: Dict[str, object] = {}
+    rows: List[dict] = []
+
+    def walk(blk, depth):
+        for nv in blk.inputs:
+            types[nv.name] = _tensor(nv.type)
+        for op in blk.operations:
+            outs = [_tensor(o.type) for o in op.outputs]
+            for o, t in zip(op.outputs, outs):
+                types[o.name] = t
+            if op.type == "const":
+                val = op.attributes["val"].immediateValue.tensor if "val" in op.attributes \
+                    else None
+                if val is not None and len(val.bools.values) == 1:
+                    consts[op.outputs[0].name] = val.bools.values[0]
+                rows.append({"type": "const", "name": op.outputs[0].name, "depth": depth,
+                             "flops": 0, "bytes_read": 0, "bytes_written": 0,
+                             "weight_bytes": _nbytes(outs[0])})
+                continue
+            ins: Dict[str, object] = {}
+            read = 0
+            for param, arg in op.inputs.items():
+                for k, b in enumerate(arg.arguments):
+                    t = types.get(b.name) if b.WhichOneof("binding") == "name" else \
+                        _tensor(b.value.type)
+                    read += _nbytes(t)
+                    if k == 0:
+                        ins[param] = t
+            rows.append({"type": op.type, "name": op.outputs[0].name if op.outputs else "",
+                         "depth": depth, "flops": _flops(op, ins, outs, consts),
+                         "bytes_read": read, "bytes_written": sum(_nbytes(t) for t in outs),
+                         "weight_bytes": 0})
+            for sub in op.blocks:
+                walk(sub, depth + 1)
+
+    walk(block, 0)
+    non_const = [r for r in rows if r["type"] != "const"]
+    return {
+        "mil_ops": len(non_const),
+        "mil_consts": len(rows) - len(non_const),
+        "flops": sum(r["flops"] for r in rows),
+        "bytes_read": sum(r["bytes_read"] for r in rows),
+        "bytes_written": sum(r["bytes_written"] for r in rows),
+        "weight_bytes": sum(r["weight_bytes"] for r in rows),
+        "ops": non_const,
+    }
+
+
+def by_type(rows: List[dict]) -> Dict[str, dict]:
+    """Per-op-type sums of ``analyse(...)["ops"]``, largest FLOPs first."""
+    acc: Dict[str, dict] = {}
+    for r in rows:
+        a = acc.setdefault(r["type"], {"count": 0, "flops": 0, "bytes_read": 0,
+                                       "bytes_written": 0})
+        a["count"] += 1
+        for k in ("flops", "bytes_read", "bytes_written"):
+            a[k] += r[k]
+    return dict(sorted(acc.items(), key=lambda kv: (-kv[1]["flops"], -kv[1]["count"], kv[0])))
