@@ -17,6 +17,7 @@ from .frontend import Traced, arg_names, trace
 from .ir import Graph, TensorType, dtype_from_numpy
 from .runtime import make_backend, resolve_backend
 from .transforms.recognize_norms import recognize_norms
+from .transforms.regions import inline_custom_calls
 from .transforms.simplify import simplify
 from .frontend.rules.random import reject_prng_key
 
@@ -194,6 +195,7 @@ class CoreMLFunction:
         # other transform, so the grad transform pairs them with their fused backward.
         recognize_norms(traced.graph)
         traced = self._transform(traced, args)
+        inline_custom_calls(traced.graph)
         simplify(traced.graph)
         return Lowered(traced, self.target, self.precision, self.backend)
 

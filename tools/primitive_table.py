@@ -128,7 +128,18 @@ EXAMPLES = {
     "squeeze": (lambda x: lax.squeeze(x[:1], (0,)), (F,)),
     "top_k": (lambda x: lax.top_k(x, 2), (F,)),
     "transpose": (lambda x: lax.transpose(x, (1, 0)), (F,)),
+    "cond": (lambda x: lax.cond(x.sum() > 0, jnp.sin, jnp.cos, x), (F,)),
+    "while": (lambda x: lax.while_loop(lambda c: c.sum() < 9.0, lambda c: c * 2.0 + 1.0, x),
+              (F,)),
+    "scan": (lambda x: lax.scan(lambda c, r: (c + r, c * r), x[0], x), (F,)),
+    "custom_jvp_call": (lambda x: jax.nn.relu(x), (F,)),
+    "custom_vjp_call": (lambda x: _custom_vjp_example(x), (F,)),
+    "empty2": (lambda x: jax.grad(lambda x: lax.cond(x.sum() > 0, jnp.sin, jnp.cos, x).sum())(x),
+               (F,)),
 }
+
+#: control primitives whose reverse-mode derivative is refused (as JAX refuses it)
+NO_REVERSE_MODE = {"while": "no (reverse mode through while_loop, as in JAX)"}
 
 #: refused on purpose for some dtypes: primitive -> (when, example)
 BITWISE_INT = {
@@ -141,14 +152,23 @@ BITWISE_INT = {
 }
 
 
+@jax.custom_vjp
+def _custom_vjp_example(x):
+    return x * 2.0
+
+
+_custom_vjp_example.defvjp(lambda x: (x * 2.0, None), lambda _, ct: (ct * 2.0,))
+
+
 def _primitives(jaxpr, out=None):
     out = set() if out is None else out
     for e in jaxpr.eqns:
         out.add(e.primitive.name)
         for p in e.params.values():
-            sub = getattr(p, "jaxpr", None)
-            if sub is not None:
-                _primitives(getattr(sub, "jaxpr", sub), out)
+            for q in (p if isinstance(p, tuple) else (p,)):
+                sub = getattr(q, "jaxpr", None)
+                if sub is not None:
+                    _primitives(getattr(sub, "jaxpr", sub), out)
     return out
 
 
@@ -228,7 +248,7 @@ def row(prim):
     fn_name = RULES[prim].__module__.rsplit(".", 1)[-1]
     if prim in RANDOM_PRIMITIVES:
         return [prim, fn_name, "refused (see below)", "—", "—", "—"]
-    if fn_name == "control":
+    if fn_name == "control" and prim not in EXAMPLES and prim != "empty":
         return [prim, fn_name, "inlines its jaxpr", "—", "—", "—"]
     if prim not in EXAMPLES:
         return [prim, fn_name, "see rule", "—", "—", "—"]
@@ -239,7 +259,8 @@ def row(prim):
         shown = "`constant`" if nodes else "(none: input passed through)"
         return [prim, fn_name, shown, "n/a", _code(mil),
                 _targets(graph, nodes) if nodes else "any"]
-    return [prim, fn_name, _code(rlx), _vjp(rlx), _code(mil), _targets(graph, nodes)]
+    vjp = NO_REVERSE_MODE.get(prim) or _vjp(rlx)
+    return [prim, fn_name, _code(rlx), vjp, _code(mil), _targets(graph, nodes)]
 
 
 def refused_rows():

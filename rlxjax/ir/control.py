@@ -21,7 +21,7 @@ from .graph import Graph, Node
 from .ops import _require, defop
 from .types import DType, TensorType
 
-REGION_OPS = ("cond", "while", "scan")
+REGION_OPS = ("cond", "while", "scan", "custom_vjp")
 
 
 def regions(node: Node) -> Iterator[Graph]:
@@ -99,3 +99,16 @@ def _scan(ts, p):
              f"scan body returns carry {_sig(outs[:nk])}, carry is {_sig(carry)}")
     ys = [y.with_shape((length,) + tuple(y.shape)) for y in outs[nk:]]
     return carry + ys
+
+
+@defop("custom_vjp", "control", None)
+def _custom_vjp(ts, p):
+    """A call with its own derivative rule (jax.custom_jvp / custom_vjp): ``primal`` is the
+    region that computes it; ``bwd`` is a zero-argument callable returning the region
+    ``(inputs, cotangents of the float outputs) -> cotangents of the float inputs``, built
+    (by JAX, from the user's rule) only when the grad transform asks for it."""
+    primal = p["primal"]
+    _require(isinstance(primal, Graph) and callable(p["bwd"]), "custom_vjp needs primal, bwd")
+    _require(_in_types(primal) == list(ts),
+             f"custom_vjp primal takes {_sig(_in_types(primal))}, given {_sig(ts)}")
+    return _out_types(primal)

@@ -29,23 +29,34 @@ def inline(graph: Graph, region: Graph, inputs: Sequence[Value], source=None) ->
     return [env[v.id] for _, v in region.outputs]
 
 
-def unroll_scans(graph: Graph) -> bool:
-    """Replace every ``scan`` in ``graph`` (not inside other regions) by its unrolled body,
-    in place; scans nested in a scan body are unrolled too. Returns whether anything changed."""
+def inline_custom_calls(graph: Graph) -> bool:
+    """Replace every ``custom_vjp`` node of ``graph`` by its primal region, in place: once
+    the grad transform has run, the custom rule has done its job and the simplification
+    passes should see plain ops. Returns whether anything changed."""
+    return _expand(graph, "custom_vjp",
+                   lambda n: inline(graph, n.params["primal"], n.inputs, n.source))
+
+
+def _expand(graph: Graph, op: str, fn) -> bool:
     changed = False
-    while any(n.op == "scan" for n in graph.nodes):
+    while any(n.op == op for n in graph.nodes):
         old, graph.nodes, mapping = graph.nodes, [], {}
         for n in old:
             if mapping and any(v.id in mapping for v in n.inputs):
                 n.inputs = tuple(mapping.get(v.id, v) for v in n.inputs)
-            if n.op != "scan":
+            if n.op != op:
                 graph.nodes.append(n)
                 continue
-            outs = _unroll(graph, n)
-            mapping.update((v.id, o) for v, o in zip(n.outputs, outs))
+            mapping.update((v.id, o) for v, o in zip(n.outputs, fn(n)))
         graph.outputs = [(name, mapping.get(v.id, v)) for name, v in graph.outputs]
         changed = True
     return changed
+
+
+def unroll_scans(graph: Graph) -> bool:
+    """Replace every ``scan`` in ``graph`` (not inside other regions) by its unrolled body,
+    in place; scans nested in a scan body are unrolled too. Returns whether anything changed."""
+    return _expand(graph, "scan", lambda n: _unroll(graph, n))
 
 
 def _unroll(graph: Graph, node: Node) -> List[Value]:

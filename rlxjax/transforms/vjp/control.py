@@ -56,3 +56,12 @@ def _while(ctx, node, cts, needs):
 def _scan(ctx, node, cts, needs):
     raise UnsupportedPrimitiveError("scan", node.source,
                                     "internal: scans are unrolled before differentiation")
+
+
+@vjp_rule("custom_vjp")
+def _custom_vjp(ctx, node, cts, needs):
+    bwd = node.params["bwd"]()
+    ct_vals = [ctx.instantiate(c, v.type) for c, v in zip(cts, node.outputs)
+               if v.dtype.is_float]
+    grads = iter(inline(ctx.graph, bwd, list(node.inputs) + ct_vals, ctx.source))
+    return [next(grads) if v.dtype.is_float else None for v in node.inputs]
