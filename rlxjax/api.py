@@ -17,7 +17,7 @@ from .frontend import Traced, arg_names, trace
 from .ir import Graph, TensorType, dtype_from_numpy
 from .runtime import make_backend, resolve_backend
 from .transforms.recognize_norms import recognize_norms
-from .transforms.regions import inline_custom_calls
+from .transforms.regions import all_regions, inline_custom_calls
 from .transforms.simplify import simplify
 from .frontend.rules.random import reject_prng_key
 
@@ -193,10 +193,14 @@ class CoreMLFunction:
         traced = trace(positional, specs, self._names(len(args)))
         # Decomposed norms (flax, equinox, hand-written) become RLX norm nodes before any
         # other transform, so the grad transform pairs them with their fused backward.
-        recognize_norms(traced.graph)
+        # Regions (cond branches, loop bodies) too: a norm in a scanned layer keeps its
+        # fused backward when the grad transform unrolls the scan.
+        for g in [traced.graph, *all_regions(traced.graph)]:
+            recognize_norms(g)
         traced = self._transform(traced, args)
         inline_custom_calls(traced.graph)
-        simplify(traced.graph)
+        for g in [traced.graph, *all_regions(traced.graph)]:
+            simplify(g)
         return Lowered(traced, self.target, self.precision, self.backend)
 
     def _transform(self, traced: Traced, args) -> Traced:

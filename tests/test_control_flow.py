@@ -288,3 +288,35 @@ def test_scan_in_a_training_step_matches_optax():
         np.testing.assert_allclose(l1, l2, rtol=1e-4)
     got = jax.tree_util.tree_map(np.asarray, step.params(state))
     assert_tree_close(got, p, rtol=1e-4, atol=1e-5)
+
+
+def test_norms_inside_a_scanned_layer_stack_are_recognised_and_differentiated():
+    import flax.linen as nn
+
+    class Layer(nn.Module):
+        @nn.compact
+        def __call__(self, h, _):
+            h = h + nn.Dense(8)(nn.LayerNorm()(h))
+            return h, None
+
+    class Stack(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            scanned = nn.scan(Layer, variable_axes={"params": 0}, split_rngs={"params": True},
+                              length=3)
+            h, _ = scanned()(x, None)
+            return h
+
+    x = _f32(4, 8)
+    model = Stack()
+    params = model.init(jax.random.PRNGKey(0), x)
+
+    def loss(params, x):
+        return (model.apply(params, x) ** 2).mean()
+
+    lowered = rlxjax.coreml_jit(loss).lower(params, x)
+    (scan,) = [n for n in lowered.graph.nodes if n.op == "scan"]
+    assert [n.op for n in scan.params["body"].nodes].count("layer_norm") == 1
+    check_against_jax(loss, params, x, rtol=1e-5, atol=1e-5)
+    want = jax.grad(loss)(params, x)
+    assert_tree_close(rlxjax.coreml_grad(loss)(params, x), want, rtol=1e-4, atol=1e-5)

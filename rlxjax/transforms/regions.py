@@ -18,6 +18,20 @@ from ..ir import Graph, Node, Value
 MAX_UNROLLED_NODES = 200_000
 
 
+def all_regions(graph: Graph) -> List[Graph]:
+    """Every region graph nested in ``graph``, at any depth (outer before inner)."""
+    from ..ir.control import regions
+
+    out: List[Graph] = []
+    stack = [graph]
+    while stack:
+        for n in stack.pop().nodes:
+            for sub in regions(n):
+                out.append(sub)
+                stack.append(sub)
+    return out
+
+
 def inline(graph: Graph, region: Graph, inputs: Sequence[Value], source=None) -> List[Value]:
     """Append a copy of ``region``'s nodes to ``graph`` reading ``inputs``; returns the
     copies of its outputs."""
