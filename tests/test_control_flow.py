@@ -1,5 +1,5 @@
 """Control flow: lax.cond / switch -> MIL cond, while_loop / fori_loop -> MIL while_loop,
-scan -> MIL while_loop (forward) and its unrolled form (gradients). Everything is compared
+scan -> MIL while_loop (forward, and a reverse while_loop for its gradient). Everything is compared
 with JAX (jax.jit, jax.grad) on the reference backend and passes coremltools' loader."""
 from __future__ import annotations
 
@@ -191,6 +191,18 @@ def test_scan_program_does_not_grow_with_length():
 
     short, long = _histogram(f, _f32(2, 3)), _histogram(f, _f32(50, 3))
     assert short == long
+
+
+def test_scan_gradient_program_does_not_grow_with_length():
+    def loss(w, xs):
+        h, _ = jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x), None), jnp.zeros(3), xs)
+        return (h * h).sum()
+
+    def hist(n):
+        return rlxjax.coreml_grad(loss).lower(_f32(3, 3), _f32(n, 3)).compile().op_histogram()
+
+    short, long = hist(2), hist(40)
+    assert short == long and short.get("while_loop") == 2  # forward and reverse loops
 
 
 def test_scan_with_consts_int_and_bool_outputs_and_fp16():

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import Graph, TensorType, Value, verify
 from . import vjp  # noqa: F401  (registers the rules)
-from .regions import unroll_scans
+from .regions import save_scan_carries
 from .rewrite import dce
 from .vjp.registry import NON_DIFFERENTIABLE, VJPS
 
@@ -88,11 +88,14 @@ def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]]
                     wrt: Sequence[Value]) -> List[Value]:
     """The vector-Jacobian product: append the backward pass that starts from cotangent
     ``ct`` on each ``(value, ct)`` of ``seeds`` (``ct`` None: a scalar 1) and return the
-    cotangents of ``wrt``. Scans are unrolled first (transforms/regions.py)."""
-    if unroll_scans(graph):
-        verify(graph)
-    forward = list(graph.nodes)
+    cotangents of ``wrt``. Scans first save their per-step carries (transforms/regions.py)."""
     active = active_values(graph, wrt)
+    replaced = save_scan_carries(graph, active)
+    if replaced:
+        verify(graph)
+        seeds = [(replaced.get(v.id, v), ct) for v, ct in seeds]
+        active = active_values(graph, wrt)
+    forward = list(graph.nodes)
     ctx = GradContext(graph)
     cts: Dict[int, Value] = {}
     for v, ct in seeds:

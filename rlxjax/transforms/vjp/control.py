@@ -5,12 +5,12 @@
   backward pass), so only the taken branch's derivative is evaluated — unlike a ``select``
   of both, which lets an untaken branch's inf/NaN derivative leak into the gradient.
 - ``while``: reverse-mode differentiation is an error, as in JAX.
-- ``scan`` never reaches this module: the grad transform unrolls scans first
-  (transforms/regions.py).
+- ``scan``: a reverse scan over the saved per-step carries (see ``_scan``); programs stay
+  loops, so they do not grow with the scan's length.
 """
 from __future__ import annotations
 
-from ...errors import UnsupportedPrimitiveError
+from ...errors import RlxError, UnsupportedPrimitiveError
 from ...ir import Graph
 from ..regions import inline
 from ..rewrite import dce
@@ -54,8 +54,69 @@ def _while(ctx, node, cts, needs):
 
 @vjp_rule("scan")
 def _scan(ctx, node, cts, needs):
-    raise UnsupportedPrimitiveError("scan", node.source,
-                                    "internal: scans are unrolled before differentiation")
+    """The backward pass of a scan is a scan running the other way: step t recomputes the
+    forward step from its saved input carry (regions.save_scan_carries) and applies that
+    step's VJP; the cotangents of the consts are summed in its carry."""
+    from ..grad import backward_seeded  # late import: grad imports the vjp rules
+
+    p = node.params
+    if not p.get("saved_carries"):
+        raise RlxError("internal: a scan reached the grad transform without saved carries")
+    body, nc, nk = p["body"], p["num_consts"], p["num_carry"]
+    ins = list(node.inputs)
+    consts, init, xs = ins[:nc], ins[nc:nc + nk], ins[nc + nk:]
+    ny = len(node.outputs) - 2 * nk
+    saved = list(node.outputs[nk + ny:])
+    fl = [v.dtype.is_float for v in ins]
+    fc, fk, fx = fl[:nc], fl[nc:nc + nk], fl[nc + nk:]
+    b_outs = [v for _, v in body.outputs]
+    fy = [v.dtype.is_float for v in b_outs[nk:nk + ny]]
+    if not any(n and f for n, f in zip(needs, fl)):
+        return [None] * len(ins)
+
+    # One step's VJP: (consts, carry_t, x_t, ct of carry_{t+1}, ct of y_t)
+    #   -> (ct of float consts, ct of float carry_t, ct of float x_t).
+    step = Graph(f"{body.name}_vjp")
+    s_in = [step.add_input(f"in{i}", v.type) for i, (_, v) in enumerate(body.inputs)]
+    s_ck = [step.add_input(f"ct_carry{i}", t.type) for i, t in enumerate(b_outs[:nk]) if fk[i]]
+    s_cy = [step.add_input(f"ct_y{i}", t.type)
+            for i, t in enumerate(b_outs[nk:nk + ny]) if fy[i]]
+    outs = inline(step, body, s_in)
+    seeds = list(zip([v for v, f in zip(outs[:nk], fk) if f], s_ck))
+    seeds += list(zip([v for v, f in zip(outs[nk:nk + ny], fy) if f], s_cy))
+    wrt = [v for v, f in zip(s_in, fc + fk + fx) if f]
+    for i, g in enumerate(backward_seeded(step, seeds, wrt)):
+        step.add_output(f"ct{i}", g)
+    dce(step)
+    n_fc, n_fk = sum(fc), sum(fk)
+
+    # The reverse scan: consts; carry (ct of float carry, sum of ct of float consts);
+    # xs (saved carries, xs, ct of float ys).
+    rb = Graph(f"{body.name}_reverse")
+    r_consts = [rb.add_input(f"const{i}", v.type) for i, v in enumerate(consts)]
+    r_ck = [rb.add_input(f"ct_carry{i}", v.type) for i, v in enumerate(init) if fk[i]]
+    r_acc = [rb.add_input(f"ct_const{i}", v.type) for i, v in enumerate(consts) if fc[i]]
+    r_carry = [rb.add_input(f"carry{i}", v.type) for i, v in enumerate(init)]
+    r_x = [rb.add_input(f"x{i}", v.type.with_shape(tuple(v.shape[1:])))
+           for i, v in enumerate(xs)]
+    r_cy = [rb.add_input(f"ct_y{i}", t.type) for i, t in enumerate(b_outs[nk:nk + ny]) if fy[i]]
+    g = inline(rb, step, r_consts + r_carry + r_x + r_ck + r_cy)
+    g_c, g_k, g_x = g[:n_fc], g[n_fc:n_fc + n_fk], g[n_fc + n_fk:]
+    new_acc = [rb.add_node("add", (a, b), {}).output for a, b in zip(r_acc, g_c)]
+    for i, v in enumerate(g_k + new_acc + g_x):
+        rb.add_output(f"out{i}", v)
+
+    ct_k = [ctx.instantiate(c, v.type) for c, v, f in zip(cts[:nk], node.outputs[:nk], fk) if f]
+    ct_y = [ctx.instantiate(c, v.type)
+            for c, v, f in zip(cts[nk:nk + ny], node.outputs[nk:nk + ny], fy) if f]
+    acc0 = [ctx.zeros(v.type) for v, f in zip(consts, fc) if f]
+    res = ctx.add_multi("scan", consts + ct_k + acc0 + saved + xs + ct_y, body=rb,
+                        length=p["length"], reverse=not p["reverse"], num_consts=nc,
+                        num_carry=n_fk + n_fc)
+    r_k, r_c, r_x = res[:n_fk], res[n_fk:n_fk + n_fc], res[n_fk + n_fc:]
+    it_c, it_k, it_x = iter(r_c), iter(r_k), iter(r_x)
+    return ([next(it_c) if f else None for f in fc] + [next(it_k) if f else None for f in fk]
+            + [next(it_x) if f else None for f in fx])
 
 
 @vjp_rule("custom_vjp")
