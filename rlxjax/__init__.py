@@ -29,7 +29,7 @@ _import_coremltools_quietly()
 
 from .errors import (  # noqa: E402
     ArgumentError, BackendUnavailableError, DynamicShapeError, RlxError, TargetError,
-    UnsupportedDTypeError, UnsupportedPrimitiveError, ValidationError,
+    UnsupportedDTypeError, UnsupportedPrimitiveError, ValidationError, ZeroSizeError,
 )
 from .api import Compiled, CoreMLFunction, Lowered, coreml_jit  # noqa: E402
 from .grad_api import coreml_grad, coreml_value_and_grad  # noqa: E402
@@ -41,5 +41,5 @@ __all__ = [
     "export_inference", "load", "TrainState",
     "TrainStep", "Compiled", "CoreMLFunction", "Lowered",
     "RlxError", "ArgumentError", "BackendUnavailableError", "DynamicShapeError", "TargetError",
-    "UnsupportedDTypeError", "UnsupportedPrimitiveError", "ValidationError",
+    "UnsupportedDTypeError", "UnsupportedPrimitiveError", "ValidationError", "ZeroSizeError",
 ]

@@ -28,6 +28,11 @@ class UnsupportedDTypeError(RlxError, TypeError):
     """A dtype with no Core ML counterpart (int64, float64, complex, ...)."""
 
 
+class ZeroSizeError(RlxError, ValueError):
+    """A zero-size tensor (a dimension of 0) would reach a program input or output, or an
+    op whose result rlxjax cannot fold to a constant: Core ML has no zero-size tensors."""
+
+
 class TargetError(RlxError, ValueError):
     """The deployment target is unknown or too old for a feature the program needs."""
 

@@ -8,7 +8,9 @@ from typing import Any, Callable, List, Sequence
 import jax
 
 from ..ir import Graph, TensorType, verify
+from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
+from . import uint32
 from .interpreter import Lowering, aval_type
 from .registry import RULES
 
@@ -68,9 +70,27 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Trace
     for (path, _), var in zip(leaves_with_paths, closed.jaxpr.invars):
         top, rest = path[0], path[1:]
         name = path_name(names[top.idx], rest)
-        inputs.append(graph.add_input(name, aval_type(var.aval)))
+        t = aval_type(var.aval)
+        if t.is_static and t.size == 0:
+            raise ZeroSizeError(f"input {name} has zero size ({t}): Core ML has no zero-size "
+                                "tensors; leave it out of the arguments (or close over it)")
+        inputs.append(graph.add_input(name, t))
     outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, inputs)
+    for (path, _), var in zip(out_paths, closed.jaxpr.outvars):
+        if uint32.is_u32(var.aval):
+            raise UnsupportedDTypeError(
+                f"output {path_name('out', path)} is uint32: Core ML has no uint32 tensors; "
+                "cast it to int32 inside the function (uint32 is carried as int32 only "
+                "inside a program, where its values are proven to fit)")
     for (path, _), v in zip(out_paths, outs):
+        if v.type.is_static and v.type.size == 0:
+            raise ZeroSizeError(f"output {path_name('out', path)} has zero size ({v.type}): "
+                                "Core ML has no zero-size tensors; leave it out of the "
+                                "results (its value is known from its shape)")
         graph.add_output(path_name("out", path), v)
+    if ctx.made_empty:
+        from ..transforms.rewrite import dce
+
+        dce(graph)
     verify(graph)
     return Traced(graph, in_tree, out_tree, [v.type for v in inputs])

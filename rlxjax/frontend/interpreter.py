@@ -11,7 +11,8 @@ import numpy as np
 from jax.extend import core as jex_core
 
 from ..errors import RlxError, UnsupportedPrimitiveError
-from ..ir import Dyn, Graph, TensorType, Value, dtype_from_numpy
+from ..ir import DType, Dyn, Graph, TensorType, Value, dtype_from_numpy
+from . import uint32, zerosize
 from .registry import RULES
 from .rules.random import reject_prng_key
 
@@ -26,8 +27,12 @@ def source_line(eqn) -> Optional[str]:
         return None
 
 
-def aval_type(aval) -> TensorType:
+def aval_type(aval, carry_u32: bool = False) -> TensorType:
+    """The RLX type of a JAX aval; with ``carry_u32``, uint32 is carried as int32 (see
+    uint32.py: inside a program only, where the values are proven to fit)."""
     shape = tuple(d if isinstance(d, (int, np.integer)) else Dyn(str(d)) for d in aval.shape)
+    if carry_u32 and uint32.is_u32(aval):
+        return TensorType(shape, DType.i32)
     return TensorType(shape, dtype_from_numpy(aval.dtype))
 
 
@@ -38,6 +43,8 @@ class Lowering:
         self.graph = graph
         self.source: Optional[str] = None
         self.primitive: Optional[str] = None
+        self.u32_ranges: Dict[int, tuple] = {}  # value id -> proven [lo, hi] (uint32.py)
+        self.made_empty = False  # zero-size constants were made (zerosize.py): run DCE
 
     # Helpers for rules ---------------------------------------------------------------
     def add(self, op: str, *inputs: Value, **params) -> Value:
@@ -48,8 +55,15 @@ class Lowering:
 
     def constant(self, value, dtype=None) -> Value:
         arr = np.asarray(value, dtype=dtype)
+        r = None
+        if arr.dtype == uint32.U32:
+            r = uint32.constant_range(self, arr)
+            arr = arr.astype(np.int32)
         dtype_from_numpy(arr.dtype)
-        return self.graph.add_node("constant", (), {"value": arr}, self.source).output
+        v = self.graph.add_node("constant", (), {"value": arr}, self.source).output
+        if r is not None:
+            self.u32_ranges[v.id] = r
+        return v
 
     def unsupported(self, detail: str = "") -> UnsupportedPrimitiveError:
         return UnsupportedPrimitiveError(self.primitive or "?", self.source, detail)
@@ -85,11 +99,18 @@ class Lowering:
         self.source, self.primitive = source_line(eqn) or saved[0], name
         try:
             fn = RULES.get(name)
-            if fn is None:
-                raise self.unsupported()
-            out = fn(self, eqn, *inputs)
+
+            def run():
+                if fn is None:
+                    raise self.unsupported()
+                return fn(self, eqn, *inputs)
+
+            out = zerosize.fold(self, eqn, inputs, run)  # zero-size values: folded away
+            out = run() if out is None else out
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             self._check_outputs(eqn, outs)
+            if any(uint32.is_u32(v.aval) for v in eqn.outvars):
+                uint32.track(self, eqn, inputs, outs)
             return outs
         finally:
             self.source, self.primitive = saved
@@ -99,7 +120,7 @@ class Lowering:
             raise RlxError(f"internal: rule for {eqn.primitive.name} returned {len(outs)} "
                            f"values for {len(eqn.outvars)} outputs")
         for var, v in zip(eqn.outvars, outs):
-            want = aval_type(var.aval)
+            want = aval_type(var.aval, carry_u32=True)
             if v.type != want:
                 raise RlxError(f"internal: rule for {eqn.primitive.name} at {self.source} "
                                f"produced {v.type}, JAX says {want}")

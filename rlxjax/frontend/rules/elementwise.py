@@ -74,7 +74,9 @@ def _stop_gradient(ctx, eqn, x):
 
 @rule("convert_element_type")
 def _convert(ctx, eqn, x):
-    to = dtype_from_numpy(eqn.params["new_dtype"])
+    new = np.dtype(eqn.params["new_dtype"])
+    # uint32 travels as int32 (its range is checked by frontend/uint32.py)
+    to = DType.i32 if new == np.dtype(np.uint32) else dtype_from_numpy(new)
     if to == x.dtype:
         return x
     return ctx.add("convert", x, dtype=to)

@@ -14,10 +14,17 @@ JAX's ``gather`` and ``scatter`` are normalised onto the RLX ops ``gather_nd`` a
    on CPU);
 4. the result is reshaped and transposed into JAX's layout (offset dims).
 
-Supported: every gather/scatter whose indexed dims have window size 1 and whose other
-dims have full windows (take, x[idx], x[:, idx], x[i, j], take_along_axis, embeddings,
-x.at[...].set/add/mul/min/max, JAX's gradients of these). Other forms raise
-UnsupportedPrimitiveError naming the dimension numbers.
+Windows wider than 1 on indexed dims (vmap of dynamic_slice / dynamic_update_slice,
+``lax.gather`` of blocks, and JAX's gradients of these) become extra index batch axes
+counting along each window, so gather_nd / scatter_nd still move one element per position;
+JAX clamps (clip) or range-checks (fill / drop: the whole window) the window *start* into
+``[0, dim - window]``.
+
+Supported: every gather; every scatter whose dims that are not scattered to have full
+windows (take, x[idx], x[:, idx], x[i, j], take_along_axis, embeddings,
+x.at[...].set/add/mul/min/max, windowed forms, JAX's gradients of these). Other scatters
+raise UnsupportedPrimitiveError naming the dimension numbers. ``sort`` takes any number of
+lexicographic keys (``num_keys``, jnp.lexsort) and carries the other operands along.
 """
 from __future__ import annotations
 
@@ -107,18 +114,33 @@ def _default_fill(dtype: DType):
 
 
 # -- gather --------------------------------------------------------------------------------
+def _window_offsets(ctx, idx, sizes_k):
+    """Starts i32[B..., K] -> element indices i32[B..., W..., K]: one axis per component
+    whose window is wider than 1 (in component order), counting along it."""
+    wide = [k for k, w in enumerate(sizes_k) if w > 1]
+    if not wide:
+        return idx, ()
+    wshape = tuple(sizes_k[k] for k in wide)
+    n, kdim = idx.type.rank - 1, idx.shape[-1]
+    off = np.zeros(wshape + (kdim,), np.int32)
+    for j, k in enumerate(wide):
+        off[..., k] = _iota(wshape, j)
+    full = tuple(idx.shape[:-1]) + wshape + (kdim,)
+    b = _broadcast(ctx, idx, full, tuple(range(n)) + (len(full) - 1,))
+    return ctx.add("add", b, ctx.constant(off)), wshape
+
+
 @rule("gather")
 def _gather(ctx, eqn, x, idx):
+    """Windows on indexed dims (vmap of dynamic_slice, x[i:i+k] per row) become extra
+    index batch axes counting along each window, so gather_nd reads one element per
+    position; JAX clamps (clip) or range-checks (fill) the window *start* into
+    [0, dim - window]."""
     p = eqn.params
     dn, sizes, mode = p["dimension_numbers"], tuple(p["slice_sizes"]), p["mode"]
     sim, ob = tuple(dn.start_index_map), tuple(dn.operand_batching_dims)
     ib, collapsed = tuple(dn.start_indices_batching_dims), set(dn.collapsed_slice_dims)
     offset_dims = tuple(dn.offset_dims)
-    if any(sizes[d] != 1 for d in sim):
-        raise ctx.unsupported(
-            f"gather with a window of size > 1 on an indexed dim ({_dnums_str(dn)}, "
-            f"slice_sizes={sizes}): only size-1 windows on indexed dims are supported; "
-            "use lax.dynamic_slice for a single window")
     if mode not in (_Mode.CLIP, _Mode.FILL_OR_DROP, _Mode.PROMISE_IN_BOUNDS):
         raise ctx.unsupported(f"gather mode {mode}")
     idx = _i32(ctx, idx)
@@ -128,17 +150,25 @@ def _gather(ctx, eqn, x, idx):
         limit = tuple(sizes[d] if d in rest else x.shape[d] for d in range(x.type.rank))
         x = ctx.add("slice", x, start=(0,) * x.type.rank, limit=limit,
                     strides=(1,) * x.type.rank)
-    hi = [x.shape[d] - 1 for d in sim]
+    hi = [x.shape[d] - sizes[d] for d in sim]  # largest start whose window fits
     valid = None
     if not _const_in_range(idx, hi):
         if mode == _Mode.FILL_OR_DROP:
             valid = _in_range(ctx, idx, hi)
         idx = _clamp(ctx, idx, hi)
+    idx, wshape = _window_offsets(ctx, idx, [sizes[d] for d in sim])
+    wide = [d for d in sim if sizes[d] > 1]
     full = _with_batch_iotas(ctx, idx, ib)
     g = ctx.add("gather_nd", _transpose(ctx, x, ob + sim + tuple(rest)), full)
+    # g: bshape + window axes (sim order) + rest dims; bring them into operand order
     od = [d for d in range(x.type.rank) if d not in collapsed and d not in ob]
+    n = len(bshape)
+    axis_of = {d: n + j for j, d in enumerate(wide)}
+    axis_of.update({d: n + len(wide) + j for j, d in enumerate(rest)})
+    present = [d for d in od if d in axis_of]
+    g = _transpose(ctx, g, list(range(n)) + [axis_of[d] for d in present])
     g = _reshape(ctx, g, bshape + tuple(sizes[d] for d in od))
-    n, perm, bi = len(bshape), [], 0
+    perm, bi = [], 0
     for pos in range(n + len(od)):
         if pos in offset_dims:
             perm.append(n + offset_dims.index(pos))
@@ -189,28 +219,41 @@ def _scatter(ctx, eqn, x, idx, upd):
     wd = [d for d in range(rank) if d not in iwd and d not in ob]  # window dims of updates
     wsize = {d: upd.shape[uwd[j]] for j, d in enumerate(wd)}
     rest = [d for d in range(rank) if d not in sdod and d not in ob]
-    if any(wsize.get(d, 1) != 1 for d in sdod) or any(wsize.get(d, 1) != x.shape[d] for d in rest):
+    if any(wsize.get(d, 1) != x.shape[d] for d in rest):
         raise ctx.unsupported(
             f"scatter with update windows {wsize} ({_dnums_str(dn)}) into {x.type}: only "
-            "size-1 windows on scattered dims and full windows on the other dims are "
-            "supported")
+            "full windows on the dims that are not scattered to are supported")
+    # Windows wider than 1 on scattered dims (the gradient of a windowed gather, vmap of
+    # dynamic_update_slice) become extra index batch axes, one element per position; JAX
+    # clamps (clip) or range-checks (drop) the window *start* into [0, dim - window].
+    sizes_k = [wsize.get(d, 1) for d in sdod]
+    wide = [d for d, w in zip(sdod, sizes_k) if w > 1]
+    wshape = tuple(wsize[d] for d in wide)
     idx = _i32(ctx, idx)
-    bshape = tuple(idx.shape[:-1])
-    # updates -> index batch dims + the full other dims, in operand order.
+    bshape0 = tuple(idx.shape[:-1])
+    # updates -> index batch dims + window axes (scatter order) + the other dims (operand order)
     upd_batch = [q for q in range(upd.type.rank) if q not in uwd]
-    u = _transpose(ctx, upd, upd_batch + list(uwd))
-    u = _reshape(ctx, u, bshape + tuple(x.shape[d] for d in rest))
+    uwd_of = {d: uwd[j] for j, d in enumerate(wd)}
+    ones = [uwd_of[d] for d in wd if d not in wide and d not in rest]  # size-1 windows
+    u = _transpose(ctx, upd, upd_batch + [uwd_of[d] for d in wide]
+                   + [uwd_of[d] for d in rest] + ones)
+    u = _reshape(ctx, u, bshape0 + wshape + tuple(x.shape[d] for d in rest))
     perm = ob + sdod + tuple(rest)
     xt = _transpose(ctx, x, perm)
+    hi_start = [x.shape[d] - w for d, w in zip(sdod, sizes_k)]
     hi = [x.shape[d] - 1 for d in sdod]
     unique = bool(p.get("unique_indices", False))
     trash = False  # redirect some updates to a scratch slot just past the end
     valid = None
-    if jmode == _Mode.CLIP:
-        if not _const_in_range(idx, hi):
-            idx = _clamp(ctx, idx, hi)
-    elif not _const_in_range(idx, hi):
-        valid = _in_range(ctx, idx, hi)
+    if not _const_in_range(idx, hi_start):
+        if jmode == _Mode.CLIP:
+            idx = _clamp(ctx, idx, hi_start)
+        else:
+            valid = _in_range(ctx, idx, hi_start)
+    idx, _ = _window_offsets(ctx, idx, sizes_k)
+    bshape = bshape0 + wshape
+    if valid is not None:
+        valid = _broadcast(ctx, valid, bshape, range(len(bshape0)))
         neutral = _neutral(mode, x.dtype)
         if neutral is not None:  # a dropped add/mul contributes its neutral element
             keep = _broadcast(ctx, valid, u.shape, range(len(bshape)))
@@ -374,16 +417,24 @@ def _lt(ctx, a, b):
     return ctx.add("or", lt, ctx.add("and", b_nan, ctx.add("not", a_nan)))
 
 
-def _ranks(ctx, x, descending):
-    """Stable rank of every element along the last axis (O(n^2) comparisons: exact,
-    deterministic and tie-stable as JAX, which MIL's argsort/topk do not promise)."""
-    if x.dtype == DType.bool:
-        x = ctx.add("convert", x, dtype=DType.i32)
-    s, n = tuple(x.shape[:-1]), x.shape[-1]
-    xi = _reshape(ctx, x, s + (n, 1))
-    xj = _reshape(ctx, x, s + (1, n))
-    j_lt_i = _lt(ctx, xj, xi)   # [.., i, j]: x_j sorts before x_i
-    i_lt_j = _lt(ctx, xi, xj)
+def _ranks(ctx, keys, descending):
+    """Stable rank of every element along the last axis, ordered lexicographically by
+    ``keys`` (one tensor, or a list: first key first). O(n^2) comparisons: exact,
+    deterministic and tie-stable as JAX, which MIL's argsort/topk do not promise."""
+    keys = keys if isinstance(keys, (list, tuple)) else [keys]
+    keys = [ctx.add("convert", k, dtype=DType.i32) if k.dtype == DType.bool else k
+            for k in keys]
+    s, n = tuple(keys[0].shape[:-1]), keys[0].shape[-1]
+    j_lt_i = i_lt_j = None
+    for k in reversed(keys):  # lt = lt_1 or (eq_1 and (lt_2 or (eq_2 and ...)))
+        xi = _reshape(ctx, k, s + (n, 1))
+        xj = _reshape(ctx, k, s + (1, n))
+        a, b = _lt(ctx, xj, xi), _lt(ctx, xi, xj)   # [.., i, j]: x_j before / after x_i
+        if j_lt_i is not None:
+            tie = ctx.add("not", ctx.add("or", a, b))
+            a = ctx.add("or", a, ctx.add("and", tie, j_lt_i))
+            b = ctx.add("or", b, ctx.add("and", tie, i_lt_j))
+        j_lt_i, i_lt_j = a, b
     if descending:
         j_lt_i, i_lt_j = i_lt_j, j_lt_i
     before = ctx.constant(np.tril(np.ones((n, n), bool), -1))  # j < i
@@ -423,16 +474,16 @@ def _to_last(ctx, x, axis):
 
 @rule("sort")
 def _sort(ctx, eqn, *operands):
+    """Lexicographic over the first ``num_keys`` operands (jnp.lexsort), stable; the other
+    operands are carried along by the same permutation."""
     p = eqn.params
-    if int(p["num_keys"]) != 1:
-        raise ctx.unsupported(f"sort with num_keys={p['num_keys']} (lexicographic keys); "
-                              "only a single key operand is supported")
-    axis = int(p["dimension"])
+    axis, nk = int(p["dimension"]), int(p["num_keys"])
     key = operands[0]
     if key.type.rank == 0 or key.shape[axis] <= 1:
         return list(operands)
-    k_last, back = _to_last(ctx, key, axis)
-    perm = _perm(ctx, _ranks(ctx, k_last, descending=False), key.shape[axis])
+    keys = [_to_last(ctx, k, axis) for k in operands[:nk]]
+    back = keys[0][1]
+    perm = _perm(ctx, _ranks(ctx, [k for k, _ in keys], descending=False), key.shape[axis])
     outs = []
     for op in operands:
         if _is_iota(op, axis):  # argsort's index operand: the permutation itself
