@@ -21,6 +21,9 @@ def main(argv=None) -> int:
     insp = sub.add_parser("inspect", help="describe a saved .mlpackage: inputs, outputs, "
                           "training roles, target, MIL op histogram")
     insp.add_argument("path", help="a .mlpackage folder")
+    from .compile_cli import add_parser as add_compile_parser
+
+    add_compile_parser(sub)
     args = parser.parse_args(argv)
     if args.cmd == "demo":
         from .demo import DEFAULT_STEPS, run
@@ -45,6 +48,10 @@ def main(argv=None) -> int:
             print(f"rlxjax inspect: {e}", file=sys.stderr)
             return 2
         return 0
+    if args.cmd == "compile":
+        from .compile_cli import run as run_compile
+
+        return run_compile(args)
     return 2
 
 

@@ -6,6 +6,24 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+def pytest_configure(config):
+    from helpers import TEST_BACKEND, TEST_BACKENDS
+    from rlxjax.runtime import is_macos
+
+    if TEST_BACKEND not in TEST_BACKENDS:
+        raise pytest.UsageError(f"RLXJAX_TEST_BACKEND={TEST_BACKEND!r}: use one of "
+                                f"{', '.join(TEST_BACKENDS)}")
+    if TEST_BACKEND == "coreml" and not is_macos():
+        raise pytest.UsageError("RLXJAX_TEST_BACKEND=coreml runs the tests on Core ML's "
+                                "runtime, which exists only on macOS")
+
+
+def pytest_report_header(config):
+    from helpers import TEST_BACKEND
+
+    return f"rlxjax test backend: {TEST_BACKEND} (set RLXJAX_TEST_BACKEND=coreml on macOS)"
+
+
 def pytest_collection_modifyitems(config, items):
     from rlxjax.runtime import is_macos
 
@@ -13,3 +31,41 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "coreml_runtime" in item.keywords and not is_macos():
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _programs_run_on_test_backend(request, monkeypatch):
+    """With RLXJAX_TEST_BACKEND=coreml, every program the tests run on the reference backend
+    (``backend="reference"``, as the tests spell it) runs on Core ML instead, so that the
+    same comparisons with JAX check Core ML's real runtime. Tests about the reference
+    interpreter itself opt out with ``@pytest.mark.reference_backend``. With the default
+    (reference) nothing changes."""
+    from helpers import TEST_BACKEND
+
+    if TEST_BACKEND != "coreml" or "reference_backend" in request.keywords:
+        return
+    from rlxjax.runtime import backends
+
+    test_backend = _core_ml_test_backend(backends.CoreMLBackend)
+    monkeypatch.setattr(backends, "ReferenceBackend", test_backend)
+    monkeypatch.setattr(backends, "CoreMLBackend", test_backend)  # backend="coreml" too
+
+
+def _core_ml_test_backend(core_ml_backend):  # pragma: no cover - macOS only
+    """Core ML's runtime on the compute units ``RLXJAX_TEST_COMPUTE_UNITS`` names (default
+    CPU_ONLY: fp32 end to end, so the fp32 tolerances against JAX apply)."""
+    import tempfile
+
+    import coremltools as ct
+
+    from rlxjax.coreml.package import save_mlpackage
+
+    units = os.environ.get("RLXJAX_TEST_COMPUTE_UNITS", "CPU_ONLY")
+
+    class CoreMLTestBackend(core_ml_backend):
+        def __init__(self, model, weights_dir):
+            self._dir = tempfile.mkdtemp(prefix="rlxjax-coreml-test-")
+            path = save_mlpackage(model, weights_dir, f"{self._dir}/model.mlpackage")
+            self.model = ct.models.MLModel(path, compute_units=getattr(ct.ComputeUnit, units))
+
+    return CoreMLTestBackend

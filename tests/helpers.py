@@ -1,6 +1,12 @@
 """Shared test oracle: compile with rlxjax, validate with coremltools' loader, run on the
-reference backend, and compare with jax.jit of the same function."""
+test backend, and compare with jax.jit of the same function.
+
+The test backend is the reference backend (the numpy MIL interpreter) unless
+``RLXJAX_TEST_BACKEND=coreml`` (macOS only): then programs run on Core ML's own runtime,
+including those the tests request with ``backend="reference"`` (see conftest.py)."""
 from __future__ import annotations
+
+import os
 
 import jax
 import numpy as np
@@ -8,6 +14,8 @@ import numpy as np
 import rlxjax
 
 FP32_TOL = dict(rtol=1e-5, atol=1e-6)
+TEST_BACKENDS = ("reference", "coreml")
+TEST_BACKEND = os.environ.get("RLXJAX_TEST_BACKEND", "").strip() or "reference"
 
 
 def assert_tree_close(got, want, rtol=1e-5, atol=1e-6):
@@ -27,10 +35,10 @@ def assert_tree_close(got, want, rtol=1e-5, atol=1e-6):
 
 def check_against_jax(fun, *args, rtol=1e-5, atol=1e-6, target="iOS17", precision="fp32",
                       static_argnums=(), validate=True):
-    """Compile ``fun`` for ``args``, validate it, run it on the reference backend and
-    compare with ``jax.jit(fun)``. Returns the Compiled object."""
+    """Compile ``fun`` for ``args``, validate it, run it on the test backend and compare
+    with ``jax.jit(fun)``. Returns the Compiled object."""
     cf = rlxjax.coreml_jit(fun, target=target, precision=precision,
-                           static_argnums=static_argnums, backend="reference")
+                           static_argnums=static_argnums, backend=TEST_BACKEND)
     compiled = cf.lower(*args).compile()
     if validate:
         compiled.validate()
