@@ -36,6 +36,10 @@ def _array_type(feature):
 
     t = feature.type
     kind = t.WhichOneof("Type")
+    if kind == "stateType" and t.stateType.WhichOneof("Type") == "arrayType":
+        arr = t.stateType.arrayType
+        dtype = FeatureTypes_pb2.ArrayFeatureType.ArrayDataType.Name(arr.dataType)
+        return dtype.lower(), list(arr.shape)
     if kind != "multiArrayType":
         return kind or "?", []
     dtype = FeatureTypes_pb2.ArrayFeatureType.ArrayDataType.Name(t.multiArrayType.dataType)
@@ -69,6 +73,8 @@ def describe(path) -> str:
             train = json.loads(meta["rlxjax.train"])
             for row in train.get("inputs", []) + train.get("outputs", []):
                 roles[row.get("feature")] = row
+            for row in train.get("states", []):
+                roles[row.get("name")] = row
         except (ValueError, TypeError):
             roles = {}
     lines = [f"{os.path.abspath(os.fspath(path))}"]
@@ -81,10 +87,14 @@ def describe(path) -> str:
     if "rlxjax.version" in meta:
         lines.append(f"  written by rlxjax {meta['rlxjax.version']}")
     if "rlxjax.train" in meta:
-        lines.append("  a training step (metadata 'rlxjax.train'): outputs marked "
-                     "'-> x' feed input x on the next call")
-    for title, features in (("inputs", spec.description.input),
-                            ("outputs", spec.description.output)):
+        lines.append("  a training step (metadata 'rlxjax.train'): " + (
+            "parameters and optimizer state live in the Core ML states below, updated in "
+            "place by every call" if len(spec.description.state) else
+            "outputs marked '-> x' feed input x on the next call"))
+    sections = [("inputs", spec.description.input), ("outputs", spec.description.output)]
+    if len(spec.description.state):
+        sections.append(("states", spec.description.state))
+    for title, features in sections:
         lines.append(f"  {title} ({len(features)}):")
         rows = []
         for f in features:

@@ -95,8 +95,8 @@ def test_has_aux_and_errors():
     step = rlxjax.coreml_train_step(with_aux, optax.sgd(0.1), has_aux=True, backend="reference")
     state, l, aux = step(step.init(params), *batch)
     np.testing.assert_allclose(aux["double"], 2 * l, rtol=1e-6)
-    with pytest.raises(rlxjax.ArgumentError, match="only 'io'"):
-        rlxjax.coreml_train_step(loss, optax.sgd(0.1), state="mlstate")
+    with pytest.raises(rlxjax.ArgumentError, match="'io' .* or 'mlstate'"):
+        rlxjax.coreml_train_step(loss, optax.sgd(0.1), state="device")
     with pytest.raises(rlxjax.ArgumentError, match="has_aux"):
         rlxjax.coreml_train_step(with_aux, optax.sgd(0.1))(step.init(params), *batch)
 
@@ -116,3 +116,21 @@ def test_export_inference_bakes_trained_params(tmp_path):
     np.testing.assert_allclose(compiled(x), np.asarray(model.apply(trained, x)),
                                rtol=1e-5, atol=1e-5)
     assert os.path.isdir(tmp_path / "mlp.mlpackage")
+
+
+def test_features_are_named_after_the_loss_and_function_parameters(tmp_path):
+    def loss(params, images, labels):
+        return ((images @ params["w"] - labels) ** 2).mean()
+
+    params = {"w": np.zeros((3, 2), np.float32)}
+    images, labels = np.ones((4, 3), np.float32), np.ones((4, 2), np.float32)
+    step = rlxjax.coreml_train_step(loss, optax.sgd(0.1))
+    step.init(params, images, labels)
+    names = [f.name for f in step._last.spec.description.input]
+    assert names[-2:] == ["images", "labels"] and "params_w" in names
+
+    def predict(params, images):
+        return images @ params["w"]
+
+    exported = rlxjax.export_inference(predict, params, images)
+    assert [f.name for f in exported.spec.description.input] == ["images"]

@@ -22,6 +22,7 @@ from ..ir import DType, Dyn, Graph, Node, TensorType, verify
 from . import rules  # noqa: F401  (registers the lowerings)
 from .builder import MilBuilder, Var, cast_name, value_type
 from .registry import LOWERINGS
+from .states import describe_states, state_input, write_state
 from .targets import Target
 
 PRECISIONS = ("fp32", "fp16")
@@ -125,8 +126,13 @@ def _check_static(graph: Graph) -> None:
                                         "Core ML lowering needs static shapes.")
 
 
-def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str):
-    """Lower ``graph``; weights go to ``weights_dir``/weight.bin. Returns (model, inputs, outputs)."""
+def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
+                states=None):
+    """Lower ``graph``; weights go to ``weights_dir``/weight.bin. Returns (model, inputs, outputs).
+
+    ``states`` maps the names of graph inputs that are Core ML states (fp16, iOS18) to the
+    graph output written back into each at the end of a call (coreml/states.py); those
+    are neither function inputs nor outputs in the returned specs."""
     if precision not in PRECISIONS:
         raise RlxError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     verify(graph)
@@ -141,8 +147,16 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str):
                         [sanitize(n) for n, _ in graph.outputs])
     in_names, out_names = mil_names[:len(graph.inputs)], mil_names[len(graph.inputs):]
 
-    fn_inputs, in_specs = [], []
+    states = dict(states or {})
+    fn_inputs, in_specs, state_specs, state_vars = [], [], [], {}
     for (name, v), mil_name in zip(graph.inputs, in_names):
+        if name in states:
+            b.reserve(mil_name)
+            nvt, sspec, state_vars[states[name]], env[v.id] = state_input(ctx, name, mil_name,
+                                                                          v.type)
+            fn_inputs.append(nvt)
+            state_specs.append(sspec)
+            continue
         spec, var = _lower_input(ctx, name, mil_name, v.type)
         b.reserve(mil_name)
         fn_inputs.append(MIL_pb2.NamedValueType(name=mil_name, type=value_type(var.type)))
@@ -151,15 +165,24 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str):
 
     ctx.lower_nodes(graph.nodes, env)
 
-    out_specs, block_outputs, renamed = [], [], set()
+    out_specs, block_outputs, renamed, writes = [], [], set(), []
     for (name, v), mil_name in zip(graph.outputs, out_names):
+        if name in state_vars:
+            writes.append((state_vars.pop(name), env[v.id]))
+            continue
         var = _to_io(ctx, env[v.id], mil_name, renamed)
         block_outputs.append(var.name)
         out_specs.append(IOSpec(name, mil_name, tuple(v.type.shape), v.type.dtype.np.name,
                                 tuple(var.type.shape), var.type.dtype.np.name))
+    if state_vars or len(state_specs) != len(states):
+        raise RlxError(f"internal: states {states} do not pair graph inputs with outputs")
+    for state_var, value in writes:  # after everything else: each read sees the old value
+        write_state(b, state_var, value)
     b.close_blob()
 
     model = _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs)
+    if state_specs:
+        describe_states(model, state_specs)
     return model, in_specs, out_specs
 
 

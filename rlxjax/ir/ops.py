@@ -66,12 +66,16 @@ def _constant(ts, p):
 # -- elementwise ---------------------------------------------------------------------
 def broadcast_shapes(*shapes):
     """numpy broadcasting of static or dynamic shapes (Dyn only matches itself or 1)."""
+    first = shapes[0]
+    if all(s == first for s in shapes):
+        return tuple(first)
     rank = max(len(s) for s in shapes)
     out = []
     for i in range(rank):
         dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
         non1 = {d for d in dims if d != 1}
-        _require(len(non1) <= 1, f"shapes {' and '.join(map(str, shapes))} do not broadcast")
+        if not (len(non1) <= 1):
+            raise IRTypeError(f"shapes {' and '.join(map(str, shapes))} do not broadcast")
         out.append(non1.pop() if non1 else 1)
     return tuple(out)
 
@@ -89,13 +93,17 @@ def _unary(name):
     def infer(ts, p):
         (t,) = ts
         if name in FLOAT_UNARY or name == "round":
-            _require(t.dtype.is_float, f"{name} needs a float input, got {t}")
+            if not (t.dtype.is_float):
+                raise IRTypeError(f"{name} needs a float input, got {t}")
         elif name in NUMERIC_UNARY or name == "integer_pow":
-            _require(t.dtype != DType.bool, f"{name} needs a numeric input, got {t}")
+            if not (t.dtype != DType.bool):
+                raise IRTypeError(f"{name} needs a numeric input, got {t}")
         elif name == "not":
-            _require(t.dtype == DType.bool or t.dtype.is_int, f"not needs bool/int, got {t}")
+            if not (t.dtype == DType.bool or t.dtype.is_int):
+                raise IRTypeError(f"not needs bool/int, got {t}")
         if name == "round":
-            _require(p.get("method") in ("half_even", "half_away"), f"round method {p.get('method')!r}")
+            if not (p.get("method") in ("half_even", "half_away")):
+                raise IRTypeError(f"round method {p.get('method')!r}")
         if name == "integer_pow":
             _require(isinstance(p.get("y"), int), "integer_pow needs an int parameter y")
         return [t]
@@ -106,16 +114,20 @@ def _unary(name):
 def _binary(name):
     def infer(ts, p):
         a, b = ts
-        _require(a.dtype == b.dtype, f"{name}: dtypes differ ({a} vs {b})")
+        if not (a.dtype == b.dtype):
+            raise IRTypeError(f"{name}: dtypes differ ({a} vs {b})")
         shape = broadcast_shapes(a.shape, b.shape)
         if name in COMPARE:
             return [TensorType(shape, DType.bool)]
         if name in LOGIC_BINARY:
-            _require(a.dtype == DType.bool or a.dtype.is_int, f"{name} needs bool/int, got {a}")
+            if not (a.dtype == DType.bool or a.dtype.is_int):
+                raise IRTypeError(f"{name} needs bool/int, got {a}")
         else:
-            _require(a.dtype != DType.bool, f"{name} needs numeric inputs, got {a}")
+            if not (a.dtype != DType.bool):
+                raise IRTypeError(f"{name} needs numeric inputs, got {a}")
         if name == "pow":
-            _require(a.dtype.is_float, f"pow needs float inputs, got {a}")
+            if not (a.dtype.is_float):
+                raise IRTypeError(f"pow needs float inputs, got {a}")
         return [TensorType(shape, a.dtype)]
 
     return infer
@@ -131,8 +143,10 @@ for _n in ARITH_BINARY + LOGIC_BINARY + COMPARE:
 def _select(ts, p):
     """select(pred, on_false, on_true), numpy broadcasting."""
     c, f, t = ts
-    _require(c.dtype == DType.bool, f"select predicate must be bool, got {c}")
-    _require(f.dtype == t.dtype, f"select branches differ: {f} vs {t}")
+    if not (c.dtype == DType.bool):
+        raise IRTypeError(f"select predicate must be bool, got {c}")
+    if not (f.dtype == t.dtype):
+        raise IRTypeError(f"select branches differ: {f} vs {t}")
     return [TensorType(broadcast_shapes(c.shape, f.shape, t.shape), f.dtype)]
 
 
@@ -141,8 +155,10 @@ def _clamp(ts, p):
     """clamp(lo, x, hi) = min(max(x, lo), hi), numpy broadcasting. An op of its own (not
     max/min) because its gradient differs from theirs at the bounds, as in JAX."""
     lo, x, hi = ts
-    _require(lo.dtype == x.dtype == hi.dtype, f"clamp dtypes differ: {lo}, {x}, {hi}")
-    _require(x.dtype != DType.bool, f"clamp needs numeric inputs, got {x}")
+    if not (lo.dtype == x.dtype == hi.dtype):
+        raise IRTypeError(f"clamp dtypes differ: {lo}, {x}, {hi}")
+    if not (x.dtype != DType.bool):
+        raise IRTypeError(f"clamp needs numeric inputs, got {x}")
     return [TensorType(broadcast_shapes(lo.shape, x.shape, hi.shape), x.dtype)]
 
 
@@ -166,7 +182,8 @@ for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
         (t,) = ts
         axes = p["axes"]
         _axes_ok(t, axes)
-        _require(t.dtype != DType.bool, f"{_n} needs numeric input, got {t}")
+        if not (t.dtype != DType.bool):
+            raise IRTypeError(f"{_n} needs numeric input, got {t}")
         return [t.with_shape(d for i, d in enumerate(t.shape) if i not in axes)]
 
 
@@ -193,7 +210,8 @@ def _reshape(ts, p):
     (t,) = ts
     shape = p["shape"]
     a, b = _static_size(t.shape), _static_size(shape)
-    _require(a is None or b is None or a == b, f"cannot reshape {t} to {shape}")
+    if not (a is None or b is None or a == b):
+        raise IRTypeError(f"cannot reshape {t} to {shape}")
     return [t.with_shape(shape)]
 
 
@@ -201,7 +219,8 @@ def _reshape(ts, p):
 def _transpose(ts, p):
     (t,) = ts
     perm = p["perm"]
-    _require(sorted(perm) == list(range(t.rank)), f"bad permutation {perm} for {t}")
+    if not (sorted(perm) == list(range(t.rank))):
+        raise IRTypeError(f"bad permutation {perm} for {t}")
     return [t.with_shape(t.shape[i] for i in perm)]
 
 
@@ -210,9 +229,11 @@ def _broadcast_in_dim(ts, p):
     """JAX semantics: operand dim i goes to output dim dims[i] (size equal or 1)."""
     (t,) = ts
     shape, dims = p["shape"], p["dims"]
-    _require(len(dims) == t.rank, f"broadcast_in_dim dims {dims} vs {t}")
+    if not (len(dims) == t.rank):
+        raise IRTypeError(f"broadcast_in_dim dims {dims} vs {t}")
     for i, d in enumerate(dims):
-        _require(t.shape[i] in (1, shape[d]), f"cannot broadcast {t} to {shape} via {dims}")
+        if not (t.shape[i] in (1, shape[d])):
+            raise IRTypeError(f"cannot broadcast {t} to {shape} via {dims}")
     return [t.with_shape(shape)]
 
 
@@ -242,10 +263,12 @@ def _concatenate(ts, p):
 def _slice(ts, p):
     (t,) = ts
     start, limit, strides = p["start"], p["limit"], p["strides"]
-    _require(len(start) == len(limit) == len(strides) == t.rank, f"slice params vs {t}")
+    if not (len(start) == len(limit) == len(strides) == t.rank):
+        raise IRTypeError(f"slice params vs {t}")
     out = []
     for s, l, st, d in zip(start, limit, strides, t.shape):
-        _require(0 <= s <= l <= d and st >= 1, f"slice [{s}:{l}:{st}] out of range for dim {d}")
+        if not (0 <= s <= l <= d and st >= 1):
+            raise IRTypeError(f"slice [{s}:{l}:{st}] out of range for dim {d}")
         out.append(max(0, -(-(l - s) // st)))
     return [t.with_shape(out)]
 
@@ -256,11 +279,13 @@ def _dot_general(ts, p):
     """JAX dot_general: output dims = batch, lhs free, rhs free."""
     a, b = ts
     (lc, rc), (lb, rb) = p["contract"], p["batch"]
-    _require(a.dtype == b.dtype, f"dot_general dtypes differ: {a} vs {b}")
+    if not (a.dtype == b.dtype):
+        raise IRTypeError(f"dot_general dtypes differ: {a} vs {b}")
     _require(a.dtype != DType.bool, "dot_general of bool")
     _require(len(lc) == len(rc) and len(lb) == len(rb), "dot_general dims mismatch")
     for i, j in list(zip(lc, rc)) + list(zip(lb, rb)):
-        _require(a.shape[i] == b.shape[j], f"dot_general: {a} dim {i} vs {b} dim {j}")
+        if not (a.shape[i] == b.shape[j]):
+            raise IRTypeError(f"dot_general: {a} dim {i} vs {b} dim {j}")
     lfree = [d for i, d in enumerate(a.shape) if i not in lc and i not in lb]
     rfree = [d for i, d in enumerate(b.shape) if i not in rc and i not in rb]
     batch = [a.shape[i] for i in lb]

@@ -89,7 +89,10 @@ class TensorType:
     dtype: DType
 
     def __post_init__(self):
-        shape = tuple(d if isinstance(d, Dyn) else int(d) for d in self.shape)
+        shape = self.shape
+        if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
+            return  # already canonical (the common case: skip the rebuild)
+        shape = tuple(d if isinstance(d, Dyn) else int(d) for d in shape)
         for d in shape:
             if isinstance(d, int) and d < 0:
                 raise ValueError(f"negative dimension in shape {shape}")

@@ -10,9 +10,15 @@ class GraphVerificationError(ValueError):
 
 
 def _regions(n):
-    from .control import regions  # late import: control imports ops
+    global _regions_impl, _region_ops
+    if _regions_impl is None:
+        from .control import REGION_OPS, regions  # late import: control imports ops
 
-    return regions(n)
+        _regions_impl, _region_ops = regions, frozenset(REGION_OPS)
+    return _regions_impl(n) if n.op in _region_ops else ()
+
+
+_regions_impl = _region_ops = None  # loaded on first use
 
 
 def verify(g: Graph) -> Graph:

@@ -37,8 +37,11 @@ class ReferenceBackend:
 
         self.program = ReferenceProgram(model, weights_dir)
 
-    def run(self, feeds):
-        return self.program.run(feeds)
+    def make_state(self):
+        return self.program.make_state()
+
+    def run(self, feeds, state=None):
+        return self.program.run(feeds, state=state)
 
 
 class CoreMLBackend:  # pragma: no cover - exercised only on macOS
@@ -51,8 +54,13 @@ class CoreMLBackend:  # pragma: no cover - exercised only on macOS
         path = save_mlpackage(model, weights_dir, f"{self._dir}/model.mlpackage")
         self.model = ct.models.MLModel(path, compute_units=ct.ComputeUnit.ALL)
 
-    def run(self, feeds):
-        return self.model.predict(feeds)
+    def make_state(self):
+        return self.model.make_state()  # ct.models.model.MLState: read_state / write_state
+
+    def run(self, feeds, state=None):
+        if state is None:
+            return self.model.predict(feeds)
+        return self.model.predict(feeds, state=state)
 
     def __del__(self):
         shutil.rmtree(getattr(self, "_dir", ""), ignore_errors=True)

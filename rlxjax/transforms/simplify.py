@@ -4,12 +4,16 @@ bit-identical; tests/test_simplify.py checks the numerics are unchanged).
 ``drop_broadcasts``: a ``broadcast_in_dim`` read only by elementwise binary ops whose other
 operand already has the full shape is replaced by a reshape that only inserts size-1
 dims: the binary op broadcasts implicitly (MIL does too), so the values are identical and
-the program no longer materialises (tiles) the broadcast tensor.
+the program no longer materialises (tiles) the broadcast tensor; where x only lacks
+leading size-1 dims, x itself is the operand (``drop_unit_reshapes`` does the same for
+explicit reshapes, e.g. flax's bias reshape). ``simplify`` then runs the passes of
+``cse.py`` (common subexpressions, split backward as concatenate); tests/test_passes.py.
 """
 from __future__ import annotations
 
 from ..ir import Graph, verify
 from ..ir.ops import ARITH_BINARY, COMPARE, LOGIC_BINARY
+from .cse import concat_pad_sums, cse
 from .rewrite import Appender, dce, output_ids, substitute, users
 
 _IMPLICIT = set(ARITH_BINARY) | set(COMPARE) | set(LOGIC_BINARY)
@@ -33,14 +37,17 @@ def drop_broadcasts(graph: Graph) -> int:
         for i, d in enumerate(dims):
             placed[d] = x.shape[i]
         ap = Appender(graph, node.source)
-        y = x if tuple(placed) == tuple(x.shape) else ap.add("reshape", x, shape=tuple(placed))
+        # Only size-1 dims in front of x's own: implicit (numpy / MIL) broadcasting aligns
+        # trailing dims, so x itself is the operand.
+        lead = len(placed) - len(x.shape)
+        y = (x if all(d == 1 for d in placed[:lead]) and tuple(placed[lead:]) == tuple(x.shape)
+             else ap.add("reshape", x, shape=tuple(placed)))
         ap.place_before(node)
         for u in uses:
             u.inputs = tuple(y if v is b else v for v in u.inputs)
         changed += 1
     if changed:
         dce(graph)
-        verify(graph)
     return changed
 
 
@@ -74,11 +81,46 @@ def collapse_reshapes(graph: Graph) -> int:
     if changed:
         substitute(graph, mapping)
         dce(graph)
-        verify(graph)
     return changed
 
 
+def drop_unit_reshapes(graph: Graph) -> int:
+    """A reshape that only puts size-1 dims in front of x, read only by elementwise binary
+    ops whose other operand has at least the reshape's rank: the binary op broadcasts x
+    implicitly to the same result shape, so it reads x itself. Exact (no value changes)."""
+    readers = users(graph)
+    outs = output_ids(graph)
+    changed = 0
+    for node in graph.nodes:
+        if node.op != "reshape" or node.output.id in outs:
+            continue
+        x, r = node.inputs[0], node.output
+        lead = len(r.shape) - len(x.shape)
+        if lead <= 0 or any(d != 1 for d in r.shape[:lead]) or \
+                tuple(r.shape[lead:]) != tuple(x.shape):
+            continue
+        uses = readers.get(r.id, [])
+        if not uses or not all(_higher_rank_partner(u, r) for u in uses):
+            continue
+        for u in uses:
+            u.inputs = tuple(x if v is r else v for v in u.inputs)
+        changed += 1
+    if changed:
+        dce(graph)
+    return changed
+
+
+def _higher_rank_partner(user, r) -> bool:
+    if user.op not in _IMPLICIT or len(user.inputs) != 2:
+        return False
+    a, c = user.inputs
+    other = c if a is r else a
+    return other is not r and len(other.shape) >= len(r.shape)
+
+
 def simplify(graph: Graph) -> Graph:
-    drop_broadcasts(graph)
-    collapse_reshapes(graph)
+    # The passes do not verify one by one: one check when any of them changed.
+    if (drop_broadcasts(graph) + collapse_reshapes(graph) + drop_unit_reshapes(graph)
+            + concat_pad_sums(graph) + cse(graph)):
+        verify(graph)
     return graph

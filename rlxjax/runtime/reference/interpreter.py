@@ -4,6 +4,15 @@ The program is read straight from ``coremltools.proto.MIL_pb2`` (not through cor
 builder) so this backend is an independent check on what rlxjax emits.  All protobuf work -
 decoding consts and immediate values, reading weight blobs, resolving op implementations - is
 done once in ``__init__``; ``run`` walks a flat list of prepared steps.
+
+Each step is prepared into one callable ``step.run(env) -> outputs``: a fast path from
+``fast.py`` where the op and its declared input types allow one (the same numpy calls as the
+general implementation, decided once), else a closure that builds the op's input dict and calls
+the general implementation; an op with nested blocks (cond, while_loop) is a single step whose
+function runs its prepared sub-blocks. Each step's outputs are checked against the program's
+declared types on that step's first execution (the checked feeds and consts fix every later
+value's dtype and shape). Once all are checked, a program without nested blocks runs as one
+generated straight-line function (``codegen.py``) making the same calls.
 """
 from __future__ import annotations
 
@@ -11,6 +20,8 @@ import numpy as np
 
 from rlxjax.errors import RlxError
 
+from .codegen import straight_line
+from .fast import fast_step
 from .ops import OPS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
 from .values import BlobFiles, ValueDecodeError, decode_value, tensor_signature
 
@@ -40,7 +51,8 @@ def _shape_ok(shape, expected) -> bool:
 
 
 class _Step:
-    __slots__ = ("fn", "op_type", "inputs", "outputs", "out_sigs", "extra", "blocks")
+    __slots__ = ("fn", "op_type", "inputs", "outputs", "out_sigs", "extra", "blocks", "run",
+                 "call", "unchecked")
 
     def __init__(self, fn, op_type, inputs, outputs, out_sigs, extra, blocks=None):
         self.fn = fn
@@ -51,9 +63,31 @@ class _Step:
         self.extra = extra  # dict merged into the op's inputs (e.g. declared output dtypes)
         self.blocks = blocks  # control flow: tuple of _Block; fn is then a method of
         # ReferenceProgram taking (step, inputs, env)
+        self.run = None  # env -> tuple of outputs (set by ReferenceProgram._prepare_op)
+        self.call = None  # fast.FastCall where the op has a fast path
+        self.unchecked = True  # outputs not yet checked against out_sigs
 
     def where(self) -> str:
         return f"op '{self.op_type}' (output '{self.outputs[0] if self.outputs else '?'}')"
+
+
+def _general(step):
+    """run(env) for a step without a fast path: the op's input dict, then its implementation."""
+    fn, extra, blocks = step.fn, step.extra, step.blocks
+    names = tuple((p, payload) for p, kind, payload in step.inputs if kind == _NAME)
+    base = dict(extra)
+    base.update((p, payload) for p, kind, payload in step.inputs if kind == _CONST)
+    lists = tuple((p, payload) for p, kind, payload in step.inputs if kind == _LIST)
+
+    def run(env):
+        kwargs = base.copy()
+        for p, n in names:
+            kwargs[p] = env[n]
+        for p, payload in lists:
+            kwargs[p] = [env[q] if k == _NAME else q for k, q in payload]
+        return fn(kwargs) if blocks is None else fn(step, kwargs, env)
+
+    return run
 
 
 class _Block:
@@ -89,15 +123,26 @@ class ReferenceProgram:
         self._blobs = BlobFiles(weights_dir)
 
         self.input_signatures = {}
+        self.state_signatures = {}  # Core ML states (iOS18): bound by run(..., state=)
         for nvt in fn.inputs:
             try:
-                self.input_signatures[nvt.name] = tensor_signature(nvt.type)
+                if nvt.type.WhichOneof("type") == "stateType":
+                    self.state_signatures[nvt.name] = tensor_signature(
+                        nvt.type.stateType.wrappedType)
+                else:
+                    self.input_signatures[nvt.name] = tensor_signature(nvt.type)
             except ValueDecodeError as e:
                 raise ReferenceRuntimeError(f"function input '{nvt.name}': {e}") from None
 
+        # With fixed input shapes every value's type is fixed: outputs are checked on each
+        # step's first execution only. Inputs with unknown dims: checked on every execution.
+        self._check_always = any(shape is None or None in shape
+                                 for _, shape in self.input_signatures.values())
+        self._program = None  # generated on the first run after every step was checked
         self._consts = {}
+        self._sigs = {**self.input_signatures, **self.state_signatures}  # name -> (dtype, shape)
         self._steps = []
-        known = set(self.input_signatures)
+        known = set(self._sigs)
         for op in block.operations:
             self._prepare_op(op, known)
         missing = [n for n in block.outputs if n not in known]
@@ -106,6 +151,7 @@ class ReferenceProgram:
         self.output_names = tuple(block.outputs)
         self._steps = tuple(self._steps)
         self._blobs = None  # every blob has been read; drop the file handles
+        self._sigs = None
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -156,7 +202,12 @@ class ReferenceProgram:
         if op.blocks:
             blocks = self._prepare_blocks(where, op, known)
             impl = getattr(self, impl)
-        self._steps.append(_Step(impl, op.type, tuple(inputs), outputs, out_sigs, extra, blocks))
+        step = _Step(impl, op.type, tuple(inputs), outputs, out_sigs, extra, blocks)
+        step.call = None if blocks else fast_step(op.type, step.inputs, self._sigs, out_sigs,
+                                                  self._consts)
+        step.run = step.call.runner() if step.call else _general(step)
+        self._steps.append(step)
+        self._sigs.update((n, s) for n, s in zip(outputs, out_sigs) if s is not None)
         known.update(outputs)
 
     def _prepare_blocks(self, where, op, known):
@@ -250,40 +301,68 @@ class ReferenceProgram:
             env[name] = v
         return env
 
-    def run(self, feeds: dict) -> dict:
-        """feeds: input name -> np.ndarray.  Returns output name -> np.ndarray in block order."""
+    def make_state(self):
+        """Zero-filled buffers for the program's states (like ``MLModel.make_state()``)."""
+        from .state import ReferenceState
+
+        return ReferenceState(self.state_signatures, owner=self)
+
+    def run(self, feeds: dict, state=None) -> dict:
+        """feeds: input name -> np.ndarray.  Returns output name -> np.ndarray in block order.
+        A program with states also takes ``state`` (from ``make_state()``), updated in place."""
         env = self._check_feeds(feeds)
+        if self.state_signatures or state is not None:
+            if state is None:
+                raise ReferenceRuntimeError(
+                    f"the program has states {list(self.state_signatures)}: pass "
+                    "state=program.make_state()")
+            env.update(state.bind(self))
         env.update(self._consts)
         # Inf / NaN are legitimate results of the simulated arithmetic: no numpy warnings.
         with np.errstate(all="ignore"):
-            self._exec(self._steps, env)
+            if self._program is None and not any(st.unchecked for st in self._steps):
+                self._program = self._straight_line()
+            if self._program:
+                values = self._program(env)
+            else:
+                self._exec(self._steps, env)
+                values = [env[n] for n in self.output_names]
         # Copies: outputs must not alias feeds, consts or each other.
-        return {n: np.array(env[n], copy=True) for n in self.output_names}
+        return {n: np.array(v, copy=True) for n, v in zip(self.output_names, values)}
+
+    def _straight_line(self):
+        """The generated function for every later run (codegen.py), or False where the
+        step loop stays: nested blocks, or outputs checked on every run."""
+        if self._check_always or any(st.blocks for st in self._steps):
+            return False
+
+        def error(i, e):
+            return ReferenceRuntimeError(f"{self._steps[i].where()}: {type(e).__name__}: {e}")
+
+        return straight_line(self._steps, self.output_names, error, ReferenceRuntimeError)
 
     def _exec(self, steps, env) -> None:
         """Run prepared steps, reading and writing values in ``env`` (MIL names are unique
         across a function, so nested blocks share their enclosing environment)."""
         for step in steps:
-            kwargs = dict(step.extra)
-            for param, kind, payload in step.inputs:
-                if kind == _NAME:
-                    kwargs[param] = env[payload]
-                elif kind == _CONST:
-                    kwargs[param] = payload
-                else:
-                    kwargs[param] = [env[p] if k == _NAME else p for k, p in payload]
             try:
-                results = (step.fn(kwargs) if step.blocks is None
-                           else step.fn(step, kwargs, env))
+                results = step.run(env)
             except ReferenceRuntimeError:
                 raise
             except Exception as e:  # noqa: BLE001 - re-raised with op context
                 raise ReferenceRuntimeError(
                     f"{step.where()}: {type(e).__name__}: {e}") from e
-            if len(results) != len(step.outputs):
-                raise ReferenceRuntimeError(
-                    f"{step.where()}: produced {len(results)} outputs, program declares "
-                    f"{len(step.outputs)}")
-            for name, value, sig in zip(step.outputs, results, step.out_sigs):
-                self._check_output(step.where(), name, value, sig)
+            if step.unchecked:
+                self._check_step(step, results)
+            for name, value in zip(step.outputs, results):
                 env[name] = value
+
+    def _check_step(self, step, results) -> None:
+        """First execution of a step: its outputs against the program's declarations."""
+        if len(results) != len(step.outputs):
+            raise ReferenceRuntimeError(
+                f"{step.where()}: produced {len(results)} outputs, program declares "
+                f"{len(step.outputs)}")
+        for name, value, sig in zip(step.outputs, results, step.out_sigs):
+            self._check_output(step.where(), name, value, sig)
+        step.unchecked = self._check_always

@@ -45,5 +45,6 @@ from . import control, elementwise, linear, reduction, shape  # noqa: E402,F401
 from . import indexing  # noqa: E402,F401
 from . import conv  # noqa: E402,F401
 from . import random  # noqa: E402,F401
+from . import state  # noqa: E402,F401
 
 __all__ = ["OPS", "TUPLE_INPUTS", "WANTS_OUTPUT_DTYPES", "OUTPUT_DTYPES_KEY", "register"]

@@ -40,7 +40,7 @@ def matmul(inputs):
         dtype = declared[0]
     acc = np.promote_types(acc_dtype(x.dtype), acc_dtype(y.dtype))
     # Rank-1 operands behave as in numpy.matmul (prepend / append a unit dim, then drop it).
-    return (out(np.matmul(x.astype(acc), y.astype(acc)), dtype),)
+    return (out(np.matmul(x.astype(acc, copy=False), y.astype(acc, copy=False)), dtype),)
 
 
 @register("linear")
@@ -51,7 +51,7 @@ def linear(inputs):
         raise ValueError(f"linear: x {x.shape} and weight {w.shape} do not match")
     b = inputs.get("bias")
     acc = np.promote_types(acc_dtype(x.dtype), acc_dtype(w.dtype))
-    res = np.matmul(x.astype(acc), w.astype(acc).T)
+    res = np.matmul(x.astype(acc, copy=False), w.astype(acc, copy=False).T)
     if b is not None:
         res = res + np.asarray(b).astype(acc)
     # Output takes x's dtype (iOS17 lets weight/bias have another float dtype).

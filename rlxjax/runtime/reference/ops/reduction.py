@@ -54,7 +54,7 @@ def _reduce(name, fn, accumulates):
         axes = inputs.get("axes")
         axes = None if axes is None else tuple(int(a) for a in np.asarray(axes).reshape(-1))
         keep = to_bool(get(inputs, "keep_dims", False))
-        xin = x.astype(acc_dtype(x.dtype)) if accumulates else x
+        xin = x.astype(acc_dtype(x.dtype), copy=False) if accumulates else x
         return (out(fn(xin, axis=axes, keepdims=keep), x.dtype),)
 
     impl.__name__ = name

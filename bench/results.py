@@ -1,0 +1,125 @@
+"""Regenerate ``bench/RESULTS.md``: runs every benchmark of this folder and writes their
+tables with the machine and package versions. Run: ``python bench/results.py``
+(``--quick`` runs fewer repetitions; the peer needs ``pip install -e .[peer]``).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata as md
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ENV_DOC = "/work/.library/env/machines/python.md"
+PACKAGES = ("rlxjax", "jax", "jaxlib", "coremltools", "numpy", "flax", "optax",
+            "stablehlo-coreml", "protobuf")
+
+
+def _run(args, timeout=3600):
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                       cwd=os.path.dirname(HERE), env=dict(os.environ, TQDM_DISABLE="1"))
+    out = "\n".join(ln for ln in p.stdout.splitlines() if "libcoremlpython" not in ln)
+    if p.returncode:
+        out += f"\n(exited {p.returncode}: {p.stderr.strip().splitlines()[-1:]})"
+    return out.rstrip(), time.perf_counter() - t0
+
+
+def _machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       cpu)
+    except OSError:
+        pass
+    try:
+        load = "%.1f %.1f %.1f" % os.getloadavg()
+    except OSError:
+        load = "?"
+    lines = [f"- CPU: {cpu}, {os.cpu_count()} cores visible; load average at start: {load}",
+             f"- OS: {platform.platform()}; Python {platform.python_version()}"]
+    if os.path.exists(ENV_DOC):
+        with open(ENV_DOC) as f:
+            size = next((ln.strip() for ln in f if ln.startswith("Size:")), "")
+        if size:
+            lines.append(f"- Workplace machine kind (from {ENV_DOC}): "
+                         f"{size.split('.')[0].removeprefix('Size: ')}")
+    vers = []
+    for pkg in PACKAGES:
+        try:
+            vers.append(f"{pkg} {md.version(pkg)}")
+        except md.PackageNotFoundError:
+            vers.append(f"{pkg} (not installed)")
+    lines.append("- Packages: " + ", ".join(vers))
+    return "\n".join(lines)
+
+
+def _targets(rows):
+    """The issue's targets, checked against the vs_peer rows."""
+    by = {(r["workload"], r["kind"]): r for r in rows}
+    out = []
+    speed = [(w, r["peer"]["s"] / r["rlxjax"]["s"]) for (w, k), r in by.items()
+             if k == "grad" and "s" in r["peer"] and "s" in r["rlxjax"]]
+    for w, x in speed:
+        out.append(f"- gradient compile {x:.0f}x faster than the peer on {w}: "
+                   f"{'met' if x >= 50 else 'NOT met'} (target >= 50x)")
+    failed = [w for (w, k), r in by.items() if k == "grad" and "error" in r["peer"]]
+    for w in failed:
+        out.append(f"- {w}: the peer cannot convert the gradient ({by[(w, 'grad')]['peer']['error']})")
+    for side in ("rlxjax", "peer"):
+        a, b = by.get(("mlp_block x1", "grad")), by.get(("mlp_block x32", "grad"))
+        if a and b and "s" in a[side] and "s" in b[side]:
+            x = b[side]["s"] / a[side]["s"]
+            out.append(f"- {side}: gradient compile of 32 blocks = {x:.1f}x 1 block"
+                       + (f" ({'met' if x <= 40 else 'NOT met'}: target <= 40x)"
+                          if side == "rlxjax" else ""))
+    for (w, k), r in by.items():
+        if k == "grad" and "s" in r["peer"] and "s" in r["rlxjax"]:
+            x = r["rlxjax"]["ops"] / r["peer"]["ops"]
+            out.append(f"- coreml_grad ops / peer's gradient ops on {w}: {x:.2f} "
+                       f"({'met' if x <= 0.7 else 'NOT met'}: target <= 0.7)")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one repetition per measurement")
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    args = ap.parse_args(argv)
+    reps = ["--repeats", "1"] if args.quick else []
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = _machine()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows_path = os.path.join(tmp, "rows.json")
+        sections = [
+            ("rlxjax against stablehlo-coreml (`python bench/vs_peer.py`)",
+             _run(["bench/vs_peer.py", "--json", rows_path, *reps])),
+            ("Reference backend training step against jax.jit (`python bench/train_step.py`)",
+             _run(["bench/train_step.py"])),
+            ("Compile time against depth (`python bench/compile_time.py`)",
+             _run(["bench/compile_time.py", *reps])),
+            ("Gradient program size (`python bench/grad_ops.py`)", _run(["bench/grad_ops.py"])),
+        ]
+        rows = json.load(open(rows_path)) if os.path.exists(rows_path) else []
+    parts = [f"# Benchmark results\n\nGenerated by `python bench/results.py` on {started}; "
+             "every number below comes from that one run.\n\n## Machine\n\n" + machine]
+    if rows:
+        parts.append("## Targets (issue 8)\n\n" + _targets(rows))
+    for title, (text, secs) in sections:
+        parts.append(f"## {title}\n\n({secs:.0f} s)\n\n```\n{text}\n```")
+    body = "\n\n".join(parts) + "\n"
+    with open(args.out + ".tmp", "w") as f:
+        f.write(body)
+    os.replace(args.out + ".tmp", args.out)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()

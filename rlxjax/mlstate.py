@@ -1,0 +1,295 @@
+"""``state="mlstate"`` training steps: parameters and optimizer state in Core ML states.
+
+Core ML states are fp16 tensors, and two fp16 values cannot hold every fp32 value (there are
+fewer finite fp16 pairs than finite fp32 values), while a plain hi/lo pair
+(hi = fp16(x), lo = fp16(x - hi)) also inherits fp16's range: Adam's second moments
+(~grad^2, often < 6e-8) underflow to zero and the update blows up. So each fp32 value is
+stored *exactly* in three fp16 states, all holding small integers that fp16 represents
+exactly (|v| <= 2048):
+
+* ``exp``: sign(x) * (e + 192) where x = m * 2^e, m in [1, 2); ±0 for x = ±0
+* ``hi``, ``lo``: the 23 fraction bits of m as F = hi * 4096 + lo, hi in [0, 2048],
+  lo in [-2048, 2047] (signed digits, so each fits fp16 exactly)
+
+Encoding finds e with exact comparisons and multiplications by powers of two (no log or
+exp), so every finite fp32 value - subnormals and -0.0 included - round-trips bit for bit;
+a NaN stays NaN, an infinity comes back as NaN. Inside the program the maths stays fp32:
+an mlstate step computes exactly what the ``io`` step computes. int32 leaves (optax's step
+count) are split into three base-2048 digits (truncating division), exact over the whole
+int32 range. All fp32 leaves are packed into one flat vector (one set of three states), the
+int32 leaves into another, so the codec costs a fixed ~150 elementwise ops however many
+tensors the model has.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .errors import ArgumentError, RlxError
+
+BIAS = 192
+_UP = (64, 32, 16, 8, 4, 2, 1)          # exponents up to 127
+_DOWN = (64, 64, 32, 16, 8, 4, 2, 1)    # down to -191 (fp32 subnormals reach -149)
+F32_PIECES = ("exp", "hi", "lo")
+I32_PIECES = ("hi", "mid", "lo")
+I32_BASE = 2048
+
+
+# -- the codec inside the program (traced like any JAX code) ------------------------------
+def encode_f32(x):
+    """fp32 vector -> three fp16 vectors (see module doc)."""
+    a = jnp.abs(x)
+    y, e = a, jnp.zeros_like(a)
+    for k in _UP:
+        c = y >= 2.0 ** k
+        y, e = jnp.where(c, y * 2.0 ** -k, y), jnp.where(c, e + k, e)
+    for k in _DOWN:
+        c = y < 2.0 ** (1 - k)
+        y, e = jnp.where(c, y * 2.0 ** k, y), jnp.where(c, e - k, e)
+    f = (y - 1.0) * 2.0 ** 23               # the fraction bits as an integer < 2^23
+    hi = jnp.floor(f * 2.0 ** -12)
+    lo = f - hi * 4096.0
+    wrap = lo >= 2048.0
+    hi, lo = jnp.where(wrap, hi + 1.0, hi), jnp.where(wrap, lo - 4096.0, lo)
+    code = jnp.where(x < 0, -(e + BIAS), e + BIAS)
+    zero = a == 0
+    pieces = (jnp.where(zero, x, code), jnp.where(zero, 0.0, hi), jnp.where(zero, 0.0, lo))
+    return tuple(p.astype(jnp.float16) for p in pieces)
+
+
+def decode_f32(code, hi, lo):
+    """Inverse of ``encode_f32``."""
+    c, h, l_ = (p.astype(jnp.float32) for p in (code, hi, lo))
+    y = 1.0 + (h * 4096.0 + l_) * 2.0 ** -23
+    e = jnp.abs(c) - BIAS
+    for k in _UP:
+        t = e >= k
+        y, e = jnp.where(t, y * 2.0 ** k, y), jnp.where(t, e - k, e)
+    for k in _DOWN:
+        t = e <= -k
+        y, e = jnp.where(t, y * 2.0 ** -k, y), jnp.where(t, e + k, e)
+    return jnp.where(c == 0, c, jnp.where(c < 0, -y, y))
+
+
+def encode_i32(n):
+    b = jnp.full_like(n, I32_BASE)
+    q = lax.div(n, b)
+    return tuple(p.astype(jnp.float16) for p in (lax.div(q, b), lax.rem(q, b), lax.rem(n, b)))
+
+
+def decode_i32(hi, mid, lo):
+    h, m, l_ = (p.astype(jnp.int32) for p in (hi, mid, lo))
+    return (h * I32_BASE + m) * I32_BASE + l_
+
+
+# -- the same codec on the host (numpy, written independently: frexp) ---------------------
+def encode_f32_np(x) -> Tuple[np.ndarray, ...]:
+    x = np.asarray(x, np.float32)
+    m, e = np.frexp(np.abs(x))                      # |x| = m * 2^e, m in [0.5, 1)
+    with np.errstate(invalid="ignore"):
+        f = (m.astype(np.float64) * 2 - 1) * 2.0 ** 23
+        hi = np.floor(f / 4096)
+        lo = f - hi * 4096
+        hi, lo = np.where(lo >= 2048, hi + 1, hi), np.where(lo >= 2048, lo - 4096, lo)
+    code = np.where(np.signbit(x), -(e - 1 + BIAS), e - 1 + BIAS).astype(np.float64)
+    zero = x == 0
+    pieces = (np.where(zero, x, code), np.where(zero, 0, hi), np.where(zero, 0, lo))
+    return tuple(p.astype(np.float16) for p in pieces)
+
+
+def decode_f32_np(code, hi, lo) -> np.ndarray:
+    c = np.asarray(code, np.float64)
+    m = 1 + (np.asarray(hi, np.float64) * 4096 + np.asarray(lo, np.float64)) * 2.0 ** -23
+    with np.errstate(invalid="ignore"):
+        y = np.ldexp(m, (np.abs(np.nan_to_num(c)) - BIAS).astype(np.int64))
+    return np.where(c == 0, c, np.where(c < 0, -y, y)).astype(np.float32)
+
+
+def encode_i32_np(n) -> Tuple[np.ndarray, ...]:
+    n = np.asarray(n, np.int64)
+    q = np.trunc(n / I32_BASE).astype(np.int64)
+    r = n - q * I32_BASE
+    q2 = np.trunc(q / I32_BASE).astype(np.int64)
+    return tuple(p.astype(np.float16) for p in (q2, q - q2 * I32_BASE, r))
+
+
+def decode_i32_np(hi, mid, lo) -> np.ndarray:
+    h, m, l_ = (np.asarray(p).astype(np.int64) for p in (hi, mid, lo))
+    return ((h * I32_BASE + m) * I32_BASE + l_).astype(np.int32)
+
+
+# -- layout: where each leaf lives -------------------------------------------------------
+@dataclass(frozen=True)
+class Slot:
+    name: str       # pytree path name ('params.Dense_0.kernel', 'opt_state.0.count')
+    role: str       # 'param' | 'opt_state'
+    dtype: str      # 'float32' | 'int32'
+    shape: Tuple[int, ...]
+    offset: int     # into the packed vector of its dtype
+    size: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    slots: Tuple[Slot, ...]
+    n_params: int
+
+    def group(self, dtype: str) -> List[Slot]:
+        return [s for s in self.slots if s.dtype == dtype]
+
+    def length(self, dtype: str) -> int:
+        return sum(s.size for s in self.group(dtype))
+
+    def states(self) -> List[Tuple[str, str, int]]:
+        """(graph input name, role, length) of every state."""
+        out = []
+        for dtype, tag, pieces in (("float32", "f32", F32_PIECES), ("int32", "i32", I32_PIECES)):
+            n = self.length(dtype)
+            if n:
+                out += [(f"state.{tag}.{p}", f"{tag}_{p}", n) for p in pieces]
+        return out
+
+
+def make_layout(names: Sequence[str], roles: Sequence[str], types) -> Layout:
+    slots, offsets = [], {"float32": 0, "int32": 0}
+    for name, role, t in zip(names, roles, types):
+        dt = t.dtype.np.name
+        if dt not in offsets:
+            raise ArgumentError(f"state='mlstate' stores float32 and int32 leaves; '{name}' is "
+                                f"{dt} (use state='io')")
+        size = int(np.prod(t.shape, dtype=np.int64))
+        slots.append(Slot(name, role, dt, tuple(t.shape), offsets[dt], size))
+        offsets[dt] += size
+    return Layout(tuple(slots), sum(r == "param" for r in roles))
+
+
+def unpack(layout: Layout, *pieces):
+    """Traced: state pieces -> leaves in layout order."""
+    it = iter(pieces)
+    flat = {}
+    if layout.length("float32"):
+        flat["float32"] = decode_f32(next(it), next(it), next(it))
+    if layout.length("int32"):
+        flat["int32"] = decode_i32(next(it), next(it), next(it))
+    return [lax.slice(flat[s.dtype], (s.offset,), (s.offset + s.size,)).reshape(s.shape)
+            for s in layout.slots]
+
+
+def pack(layout: Layout, *leaves):
+    """Traced: leaves in layout order -> state pieces."""
+    out = []
+    for dtype, enc in (("float32", encode_f32), ("int32", encode_i32)):
+        group = [x for s, x in zip(layout.slots, leaves) if s.dtype == dtype]
+        if group:
+            out += list(enc(jnp.concatenate([x.reshape(-1) for x in group])))
+    return out
+
+
+# -- graph rewrite: io-mode graph -> state graph ----------------------------------------------
+def rewrite_to_states(g, names, roles, in_vals, out_vals, n_outputs: int):
+    """Replace the graph inputs ``in_vals`` (params + optimizer state leaves) by decoded
+    Core ML states and the outputs ``out_vals`` (their new values) by encoded writes.
+    Keeps the first ``n_outputs`` graph outputs (loss, aux). Returns (layout, states map)."""
+    from .frontend.interpreter import Lowering
+    from .ir import DType, TensorType
+    from .transforms.rewrite import substitute
+
+    layout = make_layout(names, roles, [v.type for v in in_vals])
+    piece_inputs = []
+    for name, _, n in layout.states():
+        v = g.new_value(TensorType((n,), DType.f16))
+        piece_inputs.append((name, v))
+    drop = {v.id for v in in_vals}
+    g.inputs = piece_inputs + [(n, v) for n, v in g.inputs if v.id not in drop]
+
+    def sds(n):
+        return jax.ShapeDtypeStruct((n,), jnp.float16)
+
+    closed = jax.make_jaxpr(lambda *p: unpack(layout, *p))(
+        *[sds(n) for _, _, n in layout.states()])
+    n0 = len(g.nodes)
+    decoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, [v for _, v in piece_inputs])
+    g.nodes = g.nodes[n0:] + g.nodes[:n0]   # the decode reads only the states: run it first
+    mapping = {v.id: d for v, d in zip(in_vals, decoded)}
+    substitute(g, mapping)
+    out_vals = [mapping.get(v.id, v) for v in out_vals]
+
+    closed = jax.make_jaxpr(lambda *xs: pack(layout, *xs))(
+        *[jax.ShapeDtypeStruct(v.type.shape, v.type.dtype.np) for v in out_vals])
+    encoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, out_vals)
+    g.outputs = g.outputs[:n_outputs] + [
+        ("new." + name, v) for (name, _, _), v in zip(layout.states(), encoded)]
+    return layout, {name: "new." + name for name, _, _ in layout.states()}
+
+
+# -- the device side -------------------------------------------------------------------
+class DeviceState:
+    """The Core ML state of one compiled mlstate program (``MLModel.make_state()`` on
+    Core ML, a ``ReferenceState`` on the reference backend), updated in place by each step.
+    ``version`` counts the steps taken on it, so a TrainState from before the latest step
+    is recognised as consumed."""
+
+    def __init__(self, compiled, layout: Layout, mil_names: Dict[str, str]):
+        self.compiled = compiled
+        self.layout = layout
+        self.mil_names = mil_names     # graph name ('state.f32.exp') -> state name
+        self.handle = compiled.make_state()
+        self.version = 0
+
+    def write_leaves(self, leaves: Sequence[np.ndarray]) -> None:
+        for name, arr in host_pack(self.layout, leaves).items():
+            self.handle.write_state(self.mil_names[name], arr)
+
+    def read_pieces(self) -> Dict[str, np.ndarray]:
+        return {name: np.asarray(self.handle.read_state(self.mil_names[name]), np.float16)
+                for name, _, _ in self.layout.states()}
+
+    def read_leaves(self) -> List[np.ndarray]:
+        return host_unpack(self.layout, self.read_pieces())
+
+
+def host_pack(layout: Layout, leaves) -> Dict[str, np.ndarray]:
+    out = {}
+    for dtype, tag, enc, names in (("float32", "f32", encode_f32_np, F32_PIECES),
+                                   ("int32", "i32", encode_i32_np, I32_PIECES)):
+        group = [np.asarray(x, dtype).reshape(-1) for s, x in zip(layout.slots, leaves)
+                 if s.dtype == dtype]
+        if group:
+            out.update(zip((f"state.{tag}.{p}" for p in names), enc(np.concatenate(group))))
+    return out
+
+
+def host_unpack(layout: Layout, pieces: Dict[str, np.ndarray]) -> List[np.ndarray]:
+    flat = {}
+    if layout.length("float32"):
+        flat["float32"] = decode_f32_np(*(pieces[f"state.f32.{p}"] for p in F32_PIECES))
+    if layout.length("int32"):
+        flat["int32"] = decode_i32_np(*(pieces[f"state.i32.{p}"] for p in I32_PIECES))
+    return [flat[s.dtype][s.offset:s.offset + s.size].reshape(s.shape).copy()
+            for s in layout.slots]
+
+
+def train_metadata(compiled, layout: Layout, has_aux: bool) -> Dict[str, Any]:
+    """What an app needs to drive an mlstate program ('rlxjax.train' metadata)."""
+    rows_in = [dict(name=s.name, feature=s.mil_name, shape=list(s.io_shape), dtype=s.io_dtype,
+                    role="batch") for s in compiled.input_specs]
+    rows_out = [dict(name=s.name, feature=s.mil_name, shape=list(s.io_shape), dtype=s.io_dtype,
+                     role="loss" if s.name == "out" or s.name == "out.0" or not has_aux
+                     else "aux") for s in compiled.output_specs]
+    by_graph = {f.shortDescription: f for f in compiled.spec.description.state}
+    rows_state = [dict(name=by_graph[g].name, graph_name=g, shape=[n], dtype="float16",
+                       role=role) for g, role, n in layout.states()]
+    return {"state": "mlstate", "encoding": "rlxjax-f32x3-v1", "exp_bias": BIAS,
+            "i32_base": I32_BASE, "inputs": rows_in, "outputs": rows_out,
+            "states": rows_state, "tensors": [asdict(s) for s in layout.slots]}
+
+
+def consumed_error() -> RlxError:
+    return RlxError("this TrainState was consumed: state='mlstate' updates the Core ML state "
+                    "in place, so only the TrainState the latest step returned is current "
+                    "(read st.params before stepping to keep a snapshot)")
