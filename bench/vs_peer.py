@@ -169,6 +169,32 @@ def measure(compile_fn, workload, grad, repeats):
     return {"s": statistics.median(times), "n": len(times), "repeats": repeats, "ops": ops}
 
 
+def rlxjax_stages(workload, repeats):
+    """Where rlxjax's gradient compile time goes (medians, seconds): JAX's own tracing of
+    the loss (``jax.make_jaxpr``, a floor no converter of JAX code avoids), then rlxjax's
+    ``lower`` (tracing again + the RLX transforms), ``compile`` (MIL protobuf) and ``save``."""
+    import jax
+
+    import rlxjax
+
+    _, _, loss, args = WORKLOADS[workload]()
+    t = {"jax_trace": [], "lower": [], "compile": [], "save": []}
+    with tempfile.TemporaryDirectory(prefix="vs-peer-stages-") as tmp:
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            jax.make_jaxpr(_fresh(loss))(*args)
+            t1 = time.perf_counter()
+            lowered = rlxjax.coreml_grad(_fresh(loss), target="iOS18").lower(*args)
+            t2 = time.perf_counter()
+            compiled = lowered.compile()
+            t3 = time.perf_counter()
+            compiled.save(os.path.join(tmp, f"s{i}.mlpackage"))
+            t4 = time.perf_counter()
+            for k, v in zip(t, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                t[k].append(v)
+    return {k: statistics.median(v) for k, v in t.items()}
+
+
 def _warm_up(compile_fn):
     import jax.numpy as jnp
     import numpy as np
@@ -261,6 +287,8 @@ def main(argv=None):
                 else run_peer(args.peer_python, w, args.kinds, args.repeats, args.peer_timeout))
         for kind in args.kinds:
             ours = measure(rlxjax_compile, w, kind == "grad", args.repeats)
+            if kind == "grad" and "s" in ours:
+                ours["stages"] = rlxjax_stages(w, args.repeats)
             rows.append({"workload": w, "kind": kind, "rlxjax": ours, "peer": peer[kind]})
             print(_fmt_row(w, kind, ours, peer[kind]), flush=True)
     print(f"medians of {args.repeats} (* = one repetition: the first took over {LONG:.0f} s); "
