@@ -6,12 +6,23 @@ in a training graph they are runtime values, so every norm is written out:
 two-pass variance: no ``E[x²] - E[x]²`` cancellation for data with a large mean),
 ``inv = rsqrt(var + eps)`` (eps folded in by an add, rsqrt's own epsilon set to 0), then the
 affine. Reductions keep their dims so that ``[..., 1]`` statistics broadcast over ``x``.
+
+In fp16 (``precision="fp16"``) ``mean(xc²)`` overflows as soon as |x − mean| exceeds ~256
+(65504 is fp16's largest value), which ordinary activations do. There the statistics are
+computed at a scale ``t = max(max|xc|, sqrt(eps))`` (one extra reduce_max per group):
+``z = xc / t`` lies in [-1, 1], ``m = mean(z²)`` in [1/n, 1] (or [0, 1] when t = sqrt(eps)),
+and ``x̂ = z · rsqrt(m + (sqrt(eps)/t)²)``, algebraically the same value with no
+intermediate above 1 (and none below ~1/n that matters: ``(sqrt(eps)/t)²`` may underflow
+only when it is negligible next to ``m``). ``inv = rsqrt(var + eps)`` is then kept as the
+pair (s, t) and applied as ``v / t · s`` so that neither it nor a product overflows. fp32
+keeps the plain two-pass form (its squares overflow only beyond |x − mean| ≈ 1.8e19).
+See docs/numerics.md for the error bounds.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ...ir import TensorType
+from ...ir import DType, TensorType
 from ..registry import lowering
 from .elementwise import Ew
 from .shape import reshape
@@ -33,24 +44,57 @@ def inv_std(b, var, eps):
     return e.unary("rsqrt", e.binary("add", var, _c(var, eps)), epsilon=_c(var, 0))
 
 
-def centred_stats(b, x, axes, eps):
-    """-> (x - mean, rsqrt(var + eps), mean, var) over ``axes``, dims kept."""
+class InvStd:
+    """``rsqrt(var + eps)`` (dims kept): the var ``s`` itself, or in fp16 ``s / t`` with ``t``
+    the scale the statistics were computed at (see the module docstring)."""
+
+    def __init__(self, s, t=None):
+        self.s, self.t = s, t
+
+    def apply(self, b, v):
+        """``v · rsqrt(var + eps)`` without overflowing intermediates."""
+        e = Ew(b)
+        if self.t is None:
+            return e.binary("mul", v, self.s)
+        return e.binary("mul", e.binary("real_div", v, self.t), self.s)
+
+
+def moments(b, x, axes, eps, centred=True):
+    """Normalisation statistics over ``axes`` (dims kept) -> ``(x̂, inv, mean, var)``:
+    ``x̂ = (x − mean)·inv`` (``x·inv`` when not centred; mean is then None), ``inv`` an
+    :class:`InvStd`, ``var`` a thunk building the variance (only the training batch norm
+    needs it, so no dead op is emitted otherwise)."""
     e = Ew(b)
-    mean = reduce_mean(b, x, axes)
-    xc = e.binary("sub", x, mean)
-    var = reduce_mean(b, e.binary("mul", xc, xc), axes)
-    return xc, inv_std(b, var, eps), mean, var
+    mean = reduce_mean(b, x, axes) if centred else None
+    xc = e.binary("sub", x, mean) if centred else x
+    if x.dtype != DType.f16:
+        var = reduce_mean(b, e.binary("mul", xc, xc), axes)
+        inv = InvStd(inv_std(b, var, eps))
+        return inv.apply(b, xc), inv, mean, lambda: var
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    amax = b.op("reduce_max", TensorType(shape, x.dtype), x=e.unary("abs", xc),
+                axes=np.asarray(sorted(axes), np.int32), keep_dims=True)
+    root_eps = float(np.sqrt(eps))
+    t = e.binary("maximum", amax, _c(amax, root_eps))
+    z = e.binary("real_div", xc, t)
+    m = reduce_mean(b, e.binary("mul", z, z), axes)
+    r = e.binary("real_div", _c(t, root_eps), t)
+    s = e.unary("rsqrt", e.binary("add", m, e.binary("mul", r, r)), epsilon=_c(m, 0))
+    return e.binary("mul", z, s), InvStd(s, t), mean, \
+        lambda: e.binary("mul", e.binary("mul", m, t), t)
+
+
+def centred_stats(b, x, axes, eps):
+    """-> (x̂, inv, mean, var thunk) over ``axes``, dims kept (see :func:`moments`)."""
+    return moments(b, x, axes, eps, centred=True)
 
 
 def normalize(b, x, axes, eps):
-    xc, inv, _, _ = centred_stats(b, x, axes, eps)
-    return Ew(b).binary("mul", xc, inv)
+    return moments(b, x, axes, eps, centred=True)[0]
 
 
 def rms_normalize(b, x, axes, eps):
-    e = Ew(b)
-    ms = reduce_mean(b, e.binary("mul", x, x), axes)
-    return e.binary("mul", x, inv_std(b, ms, eps))
+    return moments(b, x, axes, eps, centred=False)[0]
 
 
 def split_affine(node, inputs, n_after=0):
@@ -136,8 +180,8 @@ def _batch_norm_train(ctx, node, *inputs):
     p, b, e = node.params, ctx.b, Ew(ctx.b)
     ax, rank = p["axis"], x.type.rank
     axes = [i for i in range(rank) if i != ax]
-    xc, inv, mean, var = centred_stats(b, x, axes, p["eps"])
-    y = e.binary("mul", xc, inv)
+    y, _, mean, var = centred_stats(b, x, axes, p["eps"])
+    var = var()
     g = along(b, gamma, ax, rank) if gamma is not None else None
     bt = along(b, beta, ax, rank) if beta is not None else None
     y = affine(b, y, g, bt)

@@ -23,7 +23,7 @@ import numpy as np
 from ...ir import TensorType
 from ..registry import lowering
 from .elementwise import Ew
-from .norm import along, centred_stats, group_layout, inv_std, reduce_mean
+from .norm import along, group_layout, inv_std, moments, reduce_mean
 from .shape import reshape
 
 
@@ -56,13 +56,10 @@ def sum_to(b, x, shape):
 
 
 def norm_stats(b, x, axes, eps, centred):
-    """-> (x̂, inv): the normalised x and rsqrt(var + eps) over ``axes`` (dims kept)."""
-    e = Ew(b)
-    if centred:
-        xc, inv, _, _ = centred_stats(b, x, axes, eps)
-        return e.binary("mul", xc, inv), inv
-    inv = inv_std(b, reduce_mean(b, e.binary("mul", x, x), axes), eps)
-    return e.binary("mul", x, inv), inv
+    """-> (x̂, inv): the normalised x and rsqrt(var + eps) (an ``InvStd``) over ``axes``
+    (dims kept), with the forward's statistics (fp16-safe, see rules/norm.py)."""
+    xhat, inv, _, _ = moments(b, x, axes, eps, centred)
+    return xhat, inv
 
 
 def input_grad(b, sy, xhat, inv, axes, centred):
@@ -71,7 +68,7 @@ def input_grad(b, sy, xhat, inv, axes, centred):
     proj = e.binary("mul", xhat, reduce_mean(b, e.binary("mul", sy, xhat), axes))
     if centred:
         sy = e.binary("sub", sy, reduce_mean(b, sy, axes))
-    return e.binary("mul", e.binary("sub", sy, proj), inv)
+    return inv.apply(b, e.binary("sub", sy, proj))
 
 
 # -- the affine norms: one lowering, per-op axes -----------------------------------------
