@@ -3,6 +3,8 @@ scan -> MIL while_loop (forward, and a reverse while_loop for its gradient). Eve
 with JAX (jax.jit, jax.grad) on the reference backend and passes coremltools' loader."""
 from __future__ import annotations
 
+import zlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,13 +19,25 @@ from rlxjax.errors import UnsupportedPrimitiveError
 RNG = np.random.default_rng(0)
 
 
+@pytest.fixture(autouse=True)
+def _deterministic_inputs(request):
+    # Each test draws its inputs from its own seed, so they do not depend on which tests
+    # an xdist worker happened to run before it.
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
 def _f32(*shape, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
 
 
-def _check_grad(loss, *args, argnums=0, rtol=1e-5, atol=1e-6):
-    """coreml_grad and coreml_jit(jax.grad) against jax.grad."""
+def _check_grad(loss, *args, argnums=0, rtol=1e-5):
+    """coreml_grad and coreml_jit(jax.grad) against jax.grad. A gradient element is a sum
+    of products whose size is that of the largest cotangents, not of the element itself,
+    so the absolute tolerance is float32 rounding at the scale of the largest gradient."""
     want = jax.grad(loss, argnums=argnums)(*args)
+    scale = max(float(np.max(np.abs(w))) for w in jax.tree_util.tree_leaves(want))
+    atol = 1e-6 * max(1.0, scale)
     got = rlxjax.coreml_grad(loss, argnums=argnums)(*args)
     assert_tree_close(got, want, rtol=rtol, atol=atol)
     got2 = rlxjax.coreml_jit(jax.grad(loss, argnums=argnums))(*args)
