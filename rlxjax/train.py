@@ -86,18 +86,7 @@ class TrainState:
         path = os.fspath(path)
         leaves = jax.tree_util.tree_leaves((self.params, self.opt_state))
         arrays = {f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)}
-        folder = os.path.dirname(os.path.abspath(path))
-        remove_stale_staging(folder)
-        fd, tmp = tempfile.mkstemp(prefix=staging_prefix("ckpt-"), dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, step=np.int64(self.step), **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        _atomic_write(path, lambda f: np.savez(f, step=np.int64(self.step), **arrays), "ckpt-")
         return os.path.abspath(path)
 
     @classmethod
@@ -123,19 +112,25 @@ def _numpy_tree(tree):
     return jax.tree_util.tree_map(np.asarray, tree)
 
 
-def _atomic_write_bytes(path: str, data: bytes) -> None:
+def _atomic_write(path: str, write, kind: str = "file-") -> None:
+    """Write ``path`` through ``write(file)`` atomically: a staging file in the same folder,
+    fsynced, then renamed over ``path`` (a failure leaves the previous file or none)."""
     folder = os.path.dirname(os.path.abspath(path))
     remove_stale_staging(folder)
-    fd, tmp = tempfile.mkstemp(prefix=staging_prefix("file-"), dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=staging_prefix(kind), dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _atomic_write_bytes(path: str, data: bytes) -> None:
+    _atomic_write(path, lambda f: f.write(data))
 
 
 def _struct(x) -> jax.ShapeDtypeStruct:

@@ -51,3 +51,21 @@ def check_against_jax(fun, *args, rtol=1e-5, atol=1e-6, target="iOS17", precisio
 
 def compiled_static(static_argnums):
     return set(static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))
+
+
+def jax_loop(loss, opt, params, batch, steps):
+    """The reference training loop: ``steps`` jitted JAX + optax steps on one batch;
+    returns the final params and the loss of every step."""
+    import optax
+
+    @jax.jit
+    def step(p, s):
+        v, g = jax.value_and_grad(loss)(p, *batch)
+        u, s = opt.update(g, s, p)
+        return optax.apply_updates(p, u), s, v
+
+    p, s, losses = params, opt.init(params), []
+    for _ in range(steps):
+        p, s, v = step(p, s)
+        losses.append(float(v))
+    return p, losses

@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 import rlxjax
 from rlxjax import mlstate as M
+from helpers import jax_loop
 from models import MLP, cross_entropy, onehot, rng_data
 
 STEPS = 60
@@ -40,20 +41,6 @@ def _workload(name):
     (x,), y, m = rng_data(0, (8, 16)), onehot(1, 8, 4), MLP()
     return (lambda p, x, y: cross_entropy(m.apply(p, x), y),
             m.init(jax.random.PRNGKey(0), x), (x, y))
-
-
-def jax_loop(loss, opt, params, batch, steps):
-    @jax.jit
-    def step(p, s):
-        v, g = jax.value_and_grad(loss)(p, *batch)
-        u, s = opt.update(g, s, p)
-        return optax.apply_updates(p, u), s, v
-
-    p, s, losses = params, opt.init(params), []
-    for _ in range(steps):
-        p, s, v = step(p, s)
-        losses.append(float(v))
-    return p, losses
 
 
 def _bits(a):

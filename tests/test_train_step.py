@@ -11,6 +11,7 @@ import optax
 import pytest
 
 import rlxjax
+from helpers import jax_loop
 from models import workloads
 
 WORKLOADS = workloads()
@@ -27,20 +28,6 @@ CASES = {
                                              optax.adamw(3e-3, weight_decay=1e-2)),
     "dit_block": lambda: optax.adam(optax.warmup_cosine_decay_schedule(0.0, 3e-3, 20, STEPS)),
 }
-
-
-def jax_loop(loss, opt, params, batch, steps):
-    @jax.jit
-    def step(p, s):
-        l, g = jax.value_and_grad(loss)(p, *batch)
-        u, s = opt.update(g, s, p)
-        return optax.apply_updates(p, u), s, l
-
-    p, s, losses = params, opt.init(params), []
-    for _ in range(steps):
-        p, s, l = step(p, s)
-        losses.append(float(l))
-    return p, losses
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
