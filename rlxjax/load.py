@@ -182,8 +182,29 @@ class LoadedModel:
             feeds[name] = arr
         return feeds
 
-    def __call__(self, *args, **kwargs) -> Dict[str, np.ndarray]:
-        res = self._run(self._feeds(args, kwargs))
+    @property
+    def state_names(self) -> Tuple[str, ...]:
+        """Names of the package's Core ML states (a ``state="mlstate"`` training step)."""
+        return tuple(f.name for f in self.spec.description.state)
+
+    def make_state(self):
+        """Fresh (zero) state buffers for a stateful package, with ``read_state(name)`` and
+        ``write_state(name, fp16 array)`` (``MLModel.make_state()`` on Core ML); fill them
+        from ``TrainStep.export_state`` files before the first call."""
+        if not self.state_names:
+            raise ArgumentError(f"{self.path} has no Core ML states")
+        if self.backend == "reference":
+            return self._program.make_state()
+        return self._mlmodel.make_state()  # pragma: no cover - macOS only
+
+    def __call__(self, *args, state=None, **kwargs) -> Dict[str, np.ndarray]:
+        if bool(self.state_names) != (state is not None):
+            raise ArgumentError(
+                f"the package has Core ML states {list(self.state_names)}: pass "
+                "state=model.make_state()" if self.state_names else
+                "the package has no Core ML states: call it without state=")
+        feeds = self._feeds(args, kwargs)
+        res = self._run(feeds) if state is None else self._run(feeds, state=state)
         if self.output_specs is not None:
             return {s.mil_name: s.from_feature(res[s.mil_name]) for s in self.output_specs}
         return {n: np.asarray(res[n]) for n in self.output_names if n in res} or dict(res)

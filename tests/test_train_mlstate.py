@@ -287,3 +287,23 @@ def test_coreml_runtime_matches_reference():  # pragma: no cover - macOS only
         state, hist = step.fit(step.init(params), [batch], 20, progress=False)
         out[backend] = (hist, step.params(state))
     np.testing.assert_allclose(out["coreml"][0], out["reference"][0], rtol=1e-3, atol=1e-4)
+
+
+def test_saved_stateful_package_runs_through_rlxjax_load(tmp_path):
+    loss, params, batch = _workload("mlp_layernorm")
+    step = rlxjax.coreml_train_step(loss, optax.sgd(0.1), state="mlstate", backend="reference")
+    st = step.init(params, *batch)
+    folder = step.export_state(st, tmp_path / "init_state")
+    model = rlxjax.load(step.save(tmp_path / "train.mlpackage"), backend="reference")
+    with pytest.raises(rlxjax.ArgumentError, match="state=model.make_state"):
+        model(*batch)
+    device = model.make_state()
+    for name in model.state_names:  # what an app does with export_state's files
+        raw = np.fromfile(os.path.join(folder, name + ".f16"), "<f2")
+        device.write_state(name, raw.reshape(device.read_state(name).shape))
+    # the loss at the initial params, then after one SGD step: as JAX computes them
+    want0 = float(loss(params, *batch))
+    g = jax.grad(loss)(params, *batch)
+    want1 = float(loss(jax.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g), *batch))
+    np.testing.assert_allclose(model(*batch, state=device)["out"], want0, rtol=1e-5)
+    np.testing.assert_allclose(model(*batch, state=device)["out"], want1, rtol=1e-5)
