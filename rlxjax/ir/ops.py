@@ -1,12 +1,19 @@
-"""The RLX op set: one definition per op with its family and type inference.
+"""The RLX op set: one record (``OpDef``) per op.
 
-Families (the same names are used by the frontend rules, the Core ML lowering and the
-reference interpreter): constant, elementwise, reduction, shape, linear.
+A record holds what every layer needs to know about an op: its family, a declarative
+parameter schema (``Param``), its effects (pure / state / random), whether it is
+differentiable, which parameters hold regions, and type inference. The layers (frontend,
+grad transform, constant folding, Core ML lowering) keep their family modules and register
+their part into the record with ``register_impl(layer, *ops)``; ``OpDef.impl(layer)``
+reads it back. One test (tests/test_op_records.py) checks the records are complete.
+
+Families (the same names are used in every layer): constant, elementwise, reduction,
+shape, linear, norm, norm_grad, pool, conv, indexing, random, control.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +26,26 @@ class IRTypeError(TypeError):
 
 InferFn = Callable[[Sequence[TensorType], Mapping], List[TensorType]]
 
+#: Effects an op may have. ``pure``: a deterministic function of its inputs and params
+#: (may be folded, merged, removed when unused); ``state``: reads/writes device state;
+#: ``random``: a fresh draw per execution (never folded or merged).
+EFFECTS = ("pure", "state", "random")
+
+#: The layers that register an implementation into an op's record.
+LAYERS = ("vjp", "lower", "fold")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One entry of an op's parameter schema: ``kind`` is a type or tuple of types the
+    value must be an instance of (checked by the verifier); ``required=False`` makes it
+    optional (absent means ``default``)."""
+
+    kind: Any = object
+    required: bool = True
+    default: Any = None
+    doc: str = ""
+
 
 @dataclass(frozen=True)
 class OpDef:
@@ -26,16 +53,52 @@ class OpDef:
     family: str
     infer: InferFn
     arity: Optional[int]  # None: variadic
+    params: Optional[Mapping[str, Param]] = None  # None: schema not declared
+    effect: str = "pure"
+    differentiable: bool = True  # False: no cotangent flows through it (zero derivative)
+    regions: Tuple[str, ...] = ()  # names of params holding region graphs
+    impls: Dict[str, Callable] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def pure(self) -> bool:
+        return self.effect == "pure"
+
+    def impl(self, layer: str) -> Optional[Callable]:
+        return self.impls.get(layer)
 
 
 OPS: Dict[str, OpDef] = {}
 
 
-def defop(name: str, family: str, arity: Optional[int]):
+def defop(name: str, family: str, arity: Optional[int], *, params: Optional[Mapping] = None,
+          effect: str = "pure", differentiable: bool = True, regions: Sequence[str] = ()):
+    if effect not in EFFECTS:
+        raise ValueError(f"op {name}: effect {effect!r} is not one of {EFFECTS}")
+
     def register(fn: InferFn) -> InferFn:
         if name in OPS:
             raise ValueError(f"op {name} defined twice")
-        OPS[name] = OpDef(name, family, fn, arity)
+        OPS[name] = OpDef(name, family, fn, arity, None if params is None else dict(params),
+                          effect, differentiable, tuple(regions))
+        return fn
+
+    return register
+
+
+def register_impl(layer: str, *ops: str):
+    """Decorator: register ``fn`` as ``layer``'s implementation of each op in ``ops``."""
+    if layer not in LAYERS:
+        raise ValueError(f"unknown layer {layer!r} (one of {LAYERS})")
+
+    def register(fn):
+        for op in ops:
+            try:
+                opdef = OPS[op]
+            except KeyError:
+                raise ValueError(f"{layer} implementation for unknown RLX op {op!r}") from None
+            if layer in opdef.impls:
+                raise ValueError(f"{layer} implementation for {op} defined twice")
+            opdef.impls[layer] = fn
         return fn
 
     return register
