@@ -20,7 +20,7 @@ from .ir import Graph, TensorType, dtype_from_numpy
 from .runtime import make_backend, resolve_backend
 from .transforms.recognize_norms import recognize_norms
 from .transforms.regions import all_regions, inline_custom_calls
-from .transforms.mil_cse import mil_cse
+from .coreml.mil_cse import mil_cse
 from .transforms.simplify import simplify
 from .frontend.rules.random import reject_prng_key
 
@@ -148,14 +148,11 @@ class Compiled:
         return validate_model(self.spec, self._weights_dir)
 
     def mil_ops(self):
-        """Every MIL operation of the program, those in nested (cond / loop) blocks too."""
-        block = next(iter(self.spec.mlProgram.functions["main"].block_specializations.values()))
-        ops, stack = [], [block]
-        while stack:
-            for op in stack.pop().operations:
-                ops.append(op)
-                stack.extend(reversed(op.blocks))
-        return ops
+        """Every MIL operation of the program in program order, an op before those in its
+        nested (cond / loop) blocks (coreml/mil.py ``walk``)."""
+        from .coreml.mil import function_block, operations
+
+        return list(operations(function_block(self.spec, "main")))
 
     def op_histogram(self, include_const: bool = False) -> Dict[str, int]:
         c = Counter(op.type for op in self.mil_ops() if include_const or op.type != "const")

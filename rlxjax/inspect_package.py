@@ -7,6 +7,8 @@ import json
 import os
 from collections import Counter
 
+from .coreml.mil import operations
+
 _SPEC_TO_TARGET = {6: "iOS15 / macOS12", 7: "iOS16 / macOS13", 8: "iOS17 / macOS14",
                    9: "iOS18 / macOS15"}
 
@@ -49,19 +51,8 @@ def _array_type(feature):
 def _ops(spec):
     if spec.WhichOneof("Type") != "mlProgram":
         return None, None
-    fns = spec.mlProgram.functions
-    counts = Counter()
-    opsets = []
-    for fn in fns.values():
-        opsets.append(fn.opset)
-        for block in fn.block_specializations.values():
-            stack = [block]
-            while stack:
-                b = stack.pop()
-                for op in b.operations:
-                    counts[op.type] += 1
-                    stack.extend(op.blocks)
-    return counts, opsets
+    counts = Counter(op.type for op in operations(spec))
+    return counts, [fn.opset for fn in spec.mlProgram.functions.values()]
 
 
 def describe(path) -> str:

@@ -1,4 +1,4 @@
-"""Program-shrinking passes (transforms/cse.py, transforms/mil_cse.py, drop_unit_reshapes):
+"""Program-shrinking passes (transforms/cse.py, coreml/mil_cse.py, drop_unit_reshapes):
 each removes ops, leaves every output bit-identical to the program compiled without it
 (sign of zero and NaNs included) and equal to JAX's."""
 import jax

@@ -19,6 +19,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .mil import function_block, walk
+
 _DTYPE_BYTES = {"FLOAT32": 4, "FLOAT16": 2, "INT32": 4, "BOOL": 1, "INT8": 1, "UINT8": 1,
                 "INT16": 2, "UINT16": 2, "FLOAT64": 8, "INT64": 8}
 
@@ -93,47 +95,46 @@ def _flops(op, ins: Dict[str, object], outs: List[object], consts) -> int:
     return sum(_numel(o) for o in outs)
 
 
+def _const_row(op, out, consts) -> dict:
+    val = op.attributes["val"].immediateValue.tensor if "val" in op.attributes else None
+    if val is not None and len(val.bools.values) == 1:
+        consts[op.outputs[0].name] = val.bools.values[0]
+    return {"type": "const", "name": op.outputs[0].name, "depth": 0,
+            "flops": 0, "bytes_read": 0, "bytes_written": 0, "weight_bytes": _nbytes(out)}
+
+
+def _op_row(op, outs, types, consts) -> dict:
+    ins: Dict[str, object] = {}
+    read = 0
+    for param, arg in op.inputs.items():
+        for k, b in enumerate(arg.arguments):
+            t = types.get(b.name) if b.WhichOneof("binding") == "name" else \
+                _tensor(b.value.type)
+            read += _nbytes(t)
+            if k == 0:
+                ins[param] = t
+    return {"type": op.type, "name": op.outputs[0].name if op.outputs else "",
+            "depth": 0, "flops": _flops(op, ins, outs, consts),
+            "bytes_read": read, "bytes_written": sum(_nbytes(t) for t in outs),
+            "weight_bytes": 0}
+
+
 def analyse(spec, function: str = "main") -> dict:
     """Cost of ``spec``'s ML Program function: totals and one row per op."""
     fn = spec.mlProgram.functions[function]
-    block = fn.block_specializations[fn.opset]
     types = {nv.name: _tensor(nv.type) for nv in fn.inputs}
     consts: Dict[str, object] = {}
     rows: List[dict] = []
-
-    def walk(blk, depth):
-        for nv in blk.inputs:
-            types[nv.name] = _tensor(nv.type)
-        for op in blk.operations:
-            outs = [_tensor(o.type) for o in op.outputs]
-            for o, t in zip(op.outputs, outs):
-                types[o.name] = t
-            if op.type == "const":
-                val = op.attributes["val"].immediateValue.tensor if "val" in op.attributes \
-                    else None
-                if val is not None and len(val.bools.values) == 1:
-                    consts[op.outputs[0].name] = val.bools.values[0]
-                rows.append({"type": "const", "name": op.outputs[0].name, "depth": depth,
-                             "flops": 0, "bytes_read": 0, "bytes_written": 0,
-                             "weight_bytes": _nbytes(outs[0])})
-                continue
-            ins: Dict[str, object] = {}
-            read = 0
-            for param, arg in op.inputs.items():
-                for k, b in enumerate(arg.arguments):
-                    t = types.get(b.name) if b.WhichOneof("binding") == "name" else \
-                        _tensor(b.value.type)
-                    read += _nbytes(t)
-                    if k == 0:
-                        ins[param] = t
-            rows.append({"type": op.type, "name": op.outputs[0].name if op.outputs else "",
-                         "depth": depth, "flops": _flops(op, ins, outs, consts),
-                         "bytes_read": read, "bytes_written": sum(_nbytes(t) for t in outs),
-                         "weight_bytes": 0})
-            for sub in op.blocks:
-                walk(sub, depth + 1)
-
-    walk(block, 0)
+    for site in walk(function_block(spec, function)):
+        op = site.op
+        if site.parent is not None and site.index == 0:  # entering a nested block
+            types.update((nv.name, _tensor(nv.type)) for nv in site.block.inputs)
+        outs = [_tensor(o.type) for o in op.outputs]
+        types.update((o.name, t) for o, t in zip(op.outputs, outs))
+        row = _const_row(op, outs[0], consts) if op.type == "const" else \
+            _op_row(op, outs, types, consts)
+        row["depth"] = site.depth
+        rows.append(row)
     non_const = [r for r in rows if r["type"] != "const"]
     return {
         "mil_ops": len(non_const),

@@ -7,21 +7,16 @@ forward and the backward pass. An op whose type, inputs (after renaming), attrib
 ``name`` aside) and declared output types equal those of an earlier op in the same block or
 an enclosing one computes the same values; it is dropped and its readers read the earlier
 op's outputs. That is exact: MIL ops without side effects are deterministic functions of
-their inputs. Ops with side effects or randomness (states, random draws) and ops with nested
+their inputs. Impure ops (``mil.is_pure``: states, random draws) and ops with nested
 blocks are never merged; ops producing a block output are kept (their names are the block's
 interface). Duplicate consts are merged the same way.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Dict
 
-#: op types that are never merged (side effects, or a fresh draw on every execution)
-_IMPURE_PREFIXES = ("random_",)
-_IMPURE = {"read_state", "write_state", "coreml_update_state"}
-
-
-def _pure(op) -> bool:
-    return not (op.blocks or op.type in _IMPURE or op.type.startswith(_IMPURE_PREFIXES))
+from .mil import blocks, is_pure, top_blocks, walk
 
 
 def _key(op):
@@ -47,39 +42,52 @@ def _rename_inputs(op, rename: Dict[str, str]) -> None:
                 b.name = rename[b.name]
 
 
-def _cse_block(block, rename: Dict[str, str], outer_seen: dict) -> int:
-    seen = dict(outer_seen)
-    interface = set(block.outputs)
-    dropped, removed = [], 0
-    for i, op in enumerate(block.operations):
+def _scope(scopes: Dict[int, tuple], block, parent) -> tuple:
+    """(block, seen keys, interface names) of ``block``, made on the first pure op found in
+    it: walking in pre-order, its enclosing blocks have then seen exactly the ops before
+    its control op ``parent``."""
+    scope = scopes.get(id(block))
+    if scope is None:
+        outer = _scope(scopes, parent.block, parent.parent)[1] if parent is not None else {}
+        scope = scopes[id(block)] = (block, dict(outer), set(block.outputs))
+    return scope
+
+
+def _cse_top_block(top) -> int:
+    """CSE over ``top`` and its nested blocks. A nested block sees what its enclosing
+    blocks computed before its control op (its scope starts as a copy of theirs); names
+    are one namespace per top block."""
+    rename: Dict[str, str] = {}
+    scopes: Dict[int, tuple] = {}  # id(block) -> (block, seen keys, interface names)
+    dropped = defaultdict(list)    # id(block) -> indices of dropped ops
+    for site in walk(top):
+        op = site.op
         _rename_inputs(op, rename)
-        for sub in op.blocks:
-            removed += _cse_block(sub, rename, seen)
-        if not _pure(op):
+        if not is_pure(op):
             continue
+        _, seen, interface = _scope(scopes, site.block, site.parent)
         outs = [o.name for o in op.outputs]
-        if interface.isdisjoint(outs):
-            key = _key(op)
-            prev = seen.get(key)
-            if prev is not None:
-                rename.update(zip(outs, prev))
-                dropped.append(i)
-                continue
+        if not interface.isdisjoint(outs):
+            continue
+        key = _key(op)
+        prev = seen.get(key)
+        if prev is not None:
+            rename.update(zip(outs, prev))
+            dropped[id(site.block)].append(site.index)
+        else:
             seen[key] = outs
-    for i in reversed(dropped):
-        del block.operations[i]
-    removed += len(dropped)
-    for i, name in enumerate(block.outputs):
-        if name in rename:
-            block.outputs[i] = rename[name]
-    return removed
+    for block_id, indices in dropped.items():
+        block = scopes[block_id][0]
+        for i in reversed(indices):
+            del block.operations[i]
+    for block in blocks(top):
+        for i, name in enumerate(block.outputs):
+            if name in rename:
+                block.outputs[i] = rename[name]
+    return sum(len(v) for v in dropped.values())
 
 
 def mil_cse(model) -> int:
     """Merge duplicate ops in every function of ``model`` (a Model_pb2.Model with an
     mlProgram) in place; returns how many ops were removed."""
-    removed = 0
-    for fn in model.mlProgram.functions.values():
-        for block in fn.block_specializations.values():
-            removed += _cse_block(block, {}, {})
-    return removed
+    return sum(_cse_top_block(top) for top in top_blocks(model))
