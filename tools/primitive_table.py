@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import rlxjax  # noqa: E402
 import rlxjax.nn  # noqa: E402,F401
-from coremltools.libmilstoragepython import _BlobStorageWriter  # noqa: E402
 from rlxjax.coreml.builder import MilBuilder, Var  # noqa: E402
+from rlxjax.coreml.ct_private import blob_writer  # noqa: E402
 from rlxjax.coreml.lower import LowerContext  # noqa: E402
 from rlxjax.coreml.registry import LOWERINGS  # noqa: E402
 from rlxjax.coreml.targets import get_target  # noqa: E402
@@ -196,7 +196,7 @@ def mil_ops(graph, nodes, target):
     """MIL op types that ``nodes`` lower to (graph inputs taken as they are, no I/O casts)."""
     wanted, emitted = {id(n) for n in nodes}, set()
     with tempfile.TemporaryDirectory() as tmp:
-        b = MilBuilder(lambda: _BlobStorageWriter(os.path.join(tmp, "weight.bin")))
+        b = MilBuilder(lambda: blob_writer(os.path.join(tmp, "weight.bin")))
         ctx = LowerContext(b, get_target(target), "fp32")
         env = {v.id: Var(f"in{i}", v.type, None) for i, (_, v) in enumerate(graph.inputs)}
         for node in graph.nodes:

@@ -10,11 +10,11 @@ import itertools
 from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
-from coremltools.converters.mil.backend.mil import helper as ct_helper
 from coremltools.proto import MIL_pb2
 
 from ..ir import DType, TensorType
 from ..ir.types import Typed
+from .ct_private import blob_file_value, scalar_value, tensor_value, tensor_value_type
 from ..runtime.reference.ops import OPS as REFERENCE_OPS
 from ..runtime.reference.ops import TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
 
@@ -36,7 +36,7 @@ _MIL_CAST_NAME = {DType.f32: "fp32", DType.f16: "fp16", DType.i32: "int32", DTyp
 
 
 def value_type(t: TensorType) -> MIL_pb2.ValueType:
-    return ct_helper.create_valuetype_tensor(list(t.shape), _PROTO_DTYPE[t.dtype])
+    return tensor_value_type(t.shape, _PROTO_DTYPE[t.dtype])
 
 
 def cast_name(d: DType) -> str:
@@ -124,7 +124,7 @@ class MilBuilder:
         if hit is not None:
             return hit
         if arr.dtype.kind == "U":
-            val = ct_helper.create_scalar_value(str(arr))
+            val = scalar_value(str(arr))
             t = None
         else:
             t = TensorType(arr.shape, _dtype_of(arr))
@@ -140,12 +140,11 @@ class MilBuilder:
     def _const_value(self, arr: np.ndarray, t: TensorType) -> MIL_pb2.Value:
         if arr.size >= BLOB_MIN_ELEMENTS and t.dtype != DType.bool:
             offset = self._write_blob(arr)
-            return ct_helper.create_file_value_tensor(
-                f"@model_path/weights/{WEIGHT_FILE}", offset, list(arr.shape),
-                _PROTO_DTYPE[t.dtype])
-        if arr.ndim == 0:  # create_tensor_value would declare a rank-1 [1] tensor
-            return ct_helper.create_scalar_value(arr[()])
-        return ct_helper.create_tensor_value(np.ascontiguousarray(arr))
+            return blob_file_value(f"@model_path/weights/{WEIGHT_FILE}", offset, arr.shape,
+                                   _PROTO_DTYPE[t.dtype])
+        if arr.ndim == 0:  # tensor_value would declare a rank-1 [1] tensor
+            return scalar_value(arr[()])
+        return tensor_value(np.ascontiguousarray(arr))
 
     def _write_blob(self, arr: np.ndarray) -> int:
         if self._blob is None:
@@ -295,7 +294,7 @@ def _op_proto(op: _Op) -> MIL_pb2.Operation:
             vt = value_type(o.type)
         p.outputs.add(name=o.name, type=vt)
     if op.outputs:  # an op without outputs (write_state) carries its name in attrs
-        p.attributes["name"].CopyFrom(ct_helper.create_scalar_value(op.outputs[0].name))
+        p.attributes["name"].CopyFrom(scalar_value(op.outputs[0].name))
     for k, v in op.attrs.items():
         p.attributes[k].CopyFrom(v)
     for blk in op.blocks:

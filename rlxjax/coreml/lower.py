@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
 import numpy as np
-from coremltools.libmilstoragepython import _BlobStorageWriter
 from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 
 from .. import __version__
@@ -21,6 +20,7 @@ from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Dyn, Graph, Node, TensorType, verify
 from . import rules  # noqa: F401  (registers the lowerings)
 from .builder import MilBuilder, Var, cast_name, value_type
+from .ct_private import blob_writer
 from .registry import LOWERINGS
 from .states import describe_states, state_input, write_state
 from .targets import Target
@@ -139,7 +139,7 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     _check_static(graph)
     import os
 
-    b = MilBuilder(lambda: _BlobStorageWriter(os.path.join(weights_dir, "weight.bin")))
+    b = MilBuilder(lambda: blob_writer(os.path.join(weights_dir, "weight.bin")))
     ctx = LowerContext(b, target, precision)
     env = {}
 

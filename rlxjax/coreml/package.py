@@ -17,9 +17,8 @@ import sys
 import tempfile
 import uuid
 
-from coremltools.models.utils import _create_mlpackage
-
 from ..errors import RlxError
+from .ct_private import create_mlpackage
 
 MLPACKAGE_SUFFIX = ".mlpackage"
 
@@ -120,7 +119,7 @@ def save_mlpackage(model, weights_dir: str | None, path: str | os.PathLike) -> s
     try:
         staged = os.path.join(tmp_root, "staged" + MLPACKAGE_SUFFIX)
         weights = weights_dir if weights_dir and os.listdir(weights_dir) else None
-        _create_mlpackage(model, weights, staged)
+        create_mlpackage(model, weights, staged)
         replace_dir(staged, path)
     finally:
         shutil.rmtree(tmp_root, ignore_errors=True)

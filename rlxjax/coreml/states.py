@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Tuple
 
-from coremltools.converters.mil.backend.mil import helper as ct_helper
 from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 
 from ..errors import ArgumentError
 from ..ir import DType, TensorType
-from .builder import Var, _Op, value_type
+from .builder import Var, value_type
+from .ct_private import scalar_value
 from .targets import Target, require
 
 
@@ -57,8 +57,8 @@ def write_state(b, state: Var, value: Var) -> None:
         raise ArgumentError(f"writing {value.type} into state '{state.name}' of type "
                             f"{state.type}")
     name = b.fresh(f"{state.name}_write_state")
-    b.ops.append(_Op("write_state", {"input": state, "data": value}, [],
-                     {"name": ct_helper.create_scalar_value(name)}))
+    b.op("write_state", [], fold=False, input=state, data=value)
+    b.ops[-1].attrs["name"] = scalar_value(name)  # no output to take the name from
 
 
 def state_feature(spec: StateSpec) -> Model_pb2.FeatureDescription:

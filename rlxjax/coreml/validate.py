@@ -6,39 +6,25 @@ that every declared function output has the type the model description promises.
 """
 from __future__ import annotations
 
-from coremltools.converters.mil.frontend.milproto.load import load as _load_milproto
-from coremltools.converters.mil.mil import types as ct_types
 from coremltools.proto import FeatureTypes_pb2
 
 from ..errors import ValidationError
+from .ct_private import PYMIL_DTYPES, failing_milproto_op, load_milproto
 
 _ARRAY_DTYPES = {
-    FeatureTypes_pb2.ArrayFeatureType.FLOAT32: ct_types.fp32,
-    FeatureTypes_pb2.ArrayFeatureType.FLOAT16: ct_types.fp16,
-    FeatureTypes_pb2.ArrayFeatureType.INT32: ct_types.int32,
+    FeatureTypes_pb2.ArrayFeatureType.FLOAT32: PYMIL_DTYPES["fp32"],
+    FeatureTypes_pb2.ArrayFeatureType.FLOAT16: PYMIL_DTYPES["fp16"],
+    FeatureTypes_pb2.ArrayFeatureType.INT32: PYMIL_DTYPES["int32"],
 }
-
-
-def _failing_op(exc: BaseException) -> str:
-    """' at op <type> -> <output>' when the loader's traceback shows which op it was
-    loading (best effort: the loader's own messages do not say)."""
-    tb, found = exc.__traceback__, ""
-    while tb is not None:
-        spec = tb.tb_frame.f_locals.get("op_spec")
-        if spec is not None and hasattr(spec, "outputs"):
-            outs = ", ".join(o.name for o in spec.outputs)
-            found = f" at op {spec.type} -> {outs}"
-        tb = tb.tb_next
-    return found
 
 
 def validate_model(model, weights_dir: str):
     """Load ``model`` through coremltools; return the pymil Program, or raise ValidationError."""
     try:
-        prog = _load_milproto(model, model.specificationVersion, weights_dir)
+        prog = load_milproto(model, weights_dir)
     except Exception as e:  # any loader failure is a defect in the program we emitted
         raise ValidationError(f"coremltools' MIL loader rejected the program"
-                              f"{_failing_op(e)}: {type(e).__name__}: {e}") from e
+                              f"{failing_milproto_op(e)}: {type(e).__name__}: {e}") from e
     fn = prog.functions["main"]
     outputs = {v.name: v for v in fn.outputs}
     for feat in model.description.output:
