@@ -1,5 +1,5 @@
 """rlxjax: compile JAX functions and training steps into Apple Core ML ML Programs."""
-__version__ = "0.1.0.dev0"
+from ._version import __version__  # noqa: F401
 
 import logging as _logging
 

@@ -15,7 +15,7 @@ from typing import List, Tuple
 import numpy as np
 from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 
-from .. import __version__
+from .._version import __version__
 from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Dyn, Graph, Node, TensorType, verify
 from . import rules  # noqa: F401  (registers the lowerings)
