@@ -19,8 +19,7 @@ import numpy as np
 
 from ...ir import DType, TensorType
 from ..registry import lowering
-from .indexing import _as_int, _back
-from .shape import reshape
+from .common import bool_as_int32, reshape, restore_bool
 
 _I32 = TensorType((), DType.i32)
 _BOOL = TensorType((), DType.bool)
@@ -103,7 +102,7 @@ def _zeros(b, t: TensorType):
     fill_t = t.with_dtype(DType.i32) if t.dtype == DType.bool else t
     z = b.op("fill", fill_t, shape=np.asarray(t.shape, np.int32),
              value=np.zeros((), fill_t.dtype.np))
-    return _back(b, z, t.dtype)
+    return restore_bool(b, z, t.dtype)
 
 
 def _begin(b, t, rank):
@@ -124,11 +123,11 @@ def _read_slice(b, x, t):
 
 
 def _write_slice(b, buf, y, t):
-    data, upd = _as_int(b, buf), _as_int(b, y)
+    data, upd = bool_as_int32(b, buf), bool_as_int32(b, y)
     upd = reshape(b, upd, (1,) + tuple(y.shape))
     idx = reshape(b, t, (1, 1))
     out = b.op("scatter_nd", data.type, data=data, indices=idx, updates=upd, mode="update")
-    return _back(b, out, buf.dtype)
+    return restore_bool(b, out, buf.dtype)
 
 
 @lowering("custom_vjp")

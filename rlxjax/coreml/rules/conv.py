@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import lowering
-from .shape import _pad_const, reshape, transpose
+from .common import lax_pad, reshape, transpose
 
 
 def _spatial_pad(b, x, config):
@@ -28,7 +28,7 @@ def _spatial_pad(b, x, config):
     if all(cfg == (0, 0, 0) for cfg in config):
         return x
     flat = reshape(b, x, (a * c, *spatial))
-    padded = _pad_const(b, flat, [(0, 0, 0)] + list(config), 0.0)
+    padded = lax_pad(b, flat, [(0, 0, 0)] + list(config), 0.0)
     return reshape(b, padded, (a, c, *padded.shape[1:]))
 
 

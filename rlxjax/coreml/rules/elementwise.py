@@ -6,7 +6,7 @@ import numpy as np
 from ...ir import DType, TensorType, broadcast_shapes
 from ..builder import cast_name
 from ..registry import lowering
-from .shape import reshape
+from .common import reshape, scalar_like
 
 _DIRECT_UNARY = {
     "exp": "exp", "exp2": "exp2", "tanh": "tanh", "sqrt": "sqrt", "erf": "erf", "sin": "sin",
@@ -20,11 +20,6 @@ _DIRECT_BINARY = {
 }
 _COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 _LOGICAL = {"and": "logical_and", "or": "logical_or", "xor": "logical_xor"}
-
-
-def _scalar(x, v):
-    """A rank-0 constant of x's dtype (MIL broadcasts it)."""
-    return np.asarray(v, dtype=x.dtype.np)
 
 
 def _like(x, dtype=None):
@@ -120,17 +115,17 @@ def _not(ctx, node, x):
 @lowering("neg")
 def _neg(ctx, node, x):
     # x * -1 is exact and keeps the sign of zero (0 - x would turn -0 into +0).
-    return ctx.b.op("mul", ctx.out_type(node), x=x, y=_scalar(x, -1))
+    return ctx.b.op("mul", ctx.out_type(node), x=x, y=scalar_like(x, -1))
 
 
 @lowering("log")
 def _log(ctx, node, x):
-    return ctx.b.op("log", ctx.out_type(node), x=x, epsilon=_scalar(x, 0))
+    return ctx.b.op("log", ctx.out_type(node), x=x, epsilon=scalar_like(x, 0))
 
 
 @lowering("rsqrt")
 def _rsqrt(ctx, node, x):
-    return ctx.b.op("rsqrt", ctx.out_type(node), x=x, epsilon=_scalar(x, 0))
+    return ctx.b.op("rsqrt", ctx.out_type(node), x=x, epsilon=scalar_like(x, 0))
 
 
 @lowering("stop_gradient")
@@ -170,11 +165,11 @@ def _div(ctx, node, x, y):
     e = Ew(ctx.b)
     q = ctx.b.op("floor_div", t, x=x, y=y)
     r = e.binary("sub", x, e.binary("mul", q, y))
-    signs_differ = e.binary("logical_xor", e.compare("less", x, _scalar(x, 0)),
-                            e.compare("less", y, _scalar(y, 0)), DType.bool)
-    fix = e.binary("logical_and", e.compare("not_equal", r, _scalar(r, 0)),
+    signs_differ = e.binary("logical_xor", e.compare("less", x, scalar_like(x, 0)),
+                            e.compare("less", y, scalar_like(y, 0)), DType.bool)
+    fix = e.binary("logical_and", e.compare("not_equal", r, scalar_like(r, 0)),
                    signs_differ, DType.bool)
-    return e.select(fix, e.binary("add", q, _scalar(x, 1)), q)
+    return e.select(fix, e.binary("add", q, scalar_like(x, 1)), q)
 
 
 @lowering("rem")
@@ -184,7 +179,8 @@ def _rem(ctx, node, x, y):
     e = Ew(ctx.b)
     t = ctx.out_type(node)
     m = ctx.b.op("mod", t, x=e.unary("abs", x), y=e.unary("abs", y))
-    return e.select(e.compare("less", x, _scalar(x, 0)), e.binary("mul", m, _scalar(m, -1)), m)
+    return e.select(e.compare("less", x, scalar_like(x, 0)),
+                    e.binary("mul", m, scalar_like(m, -1)), m)
 
 
 @lowering("log1p")
@@ -192,12 +188,12 @@ def _log1p(ctx, node, x):
     # Exact-rounding trick (Goldberg): u = 1 + x; log1p(x) = log(u) * x / (u - 1), and
     # x itself where u == 1. MIL has no log1p and log(1 + x) loses all digits of tiny x.
     e = Ew(ctx.b)
-    u = e.binary("add", x, _scalar(x, 1))
-    d = e.binary("sub", u, _scalar(x, 1))
-    logu = ctx.b.op("log", u.type, x=u, epsilon=_scalar(x, 0))
+    u = e.binary("add", x, scalar_like(x, 1))
+    d = e.binary("sub", u, scalar_like(x, 1))
+    logu = ctx.b.op("log", u.type, x=u, epsilon=scalar_like(x, 0))
     general = e.binary("mul", logu, e.binary("real_div", x, d))
-    out = e.select(e.compare("equal", d, _scalar(x, 0)), x, general)
-    return e.select(e.compare("equal", u, _scalar(x, np.inf)), u, out)
+    out = e.select(e.compare("equal", d, scalar_like(x, 0)), x, general)
+    return e.select(e.compare("equal", u, scalar_like(x, np.inf)), u, out)
 
 
 @lowering("expm1")
@@ -206,12 +202,12 @@ def _expm1(ctx, node, x):
     # -1 where u - 1 == -1; exp(x) - 1 would cancel catastrophically for small x.
     e = Ew(ctx.b)
     u = e.unary("exp", x)
-    d = e.binary("sub", u, _scalar(x, 1))
-    logu = ctx.b.op("log", u.type, x=u, epsilon=_scalar(x, 0))
+    d = e.binary("sub", u, scalar_like(x, 1))
+    logu = ctx.b.op("log", u.type, x=u, epsilon=scalar_like(x, 0))
     general = e.binary("real_div", e.binary("mul", d, x), logu)
-    out = e.select(e.compare("equal", d, _scalar(x, -1)), _scalar(x, -1), general)
-    out = e.select(e.compare("equal", u, _scalar(x, 1)), x, out)
-    return e.select(e.compare("equal", u, _scalar(x, np.inf)), u, out)
+    out = e.select(e.compare("equal", d, scalar_like(x, -1)), scalar_like(x, -1), general)
+    out = e.select(e.compare("equal", u, scalar_like(x, 1)), x, out)
+    return e.select(e.compare("equal", u, scalar_like(x, np.inf)), u, out)
 
 
 @lowering("round")
@@ -219,14 +215,14 @@ def _round(ctx, node, x):
     # MIL's round does not document its tie rule, so build both JAX rules from floor:
     # x - floor(x) is exact in binary floating point.
     e = Ew(ctx.b)
-    one, half = _scalar(x, 1), _scalar(x, 0.5)
+    one, half = scalar_like(x, 1), scalar_like(x, 0.5)
     if node.params["method"] == "half_away":
         a = e.unary("abs", x)
         t = e.unary("floor", a)
         up = e.compare("greater_equal", e.binary("sub", a, t), half)
         r = e.select(up, e.binary("add", t, one), t)
-        return e.select(e.compare("less", x, _scalar(x, 0)),
-                        e.binary("mul", r, _scalar(x, -1)), r)
+        return e.select(e.compare("less", x, scalar_like(x, 0)),
+                        e.binary("mul", r, scalar_like(x, -1)), r)
     t = e.unary("floor", x)
     d = e.binary("sub", x, t)
     t_half = e.binary("mul", t, half)
@@ -244,7 +240,7 @@ def _integer_pow(ctx, node, x):
     e = Ew(ctx.b)
     if y == 0:
         return ctx.b.op("fill", ctx.out_type(node), shape=np.asarray(x.shape, np.int32),
-                        value=_scalar(x, 1)) if x.shape else ctx.b.const(_scalar(x, 1))
+                        value=scalar_like(x, 1)) if x.shape else ctx.b.const(scalar_like(x, 1))
     acc, base, n = None, x, abs(y)
     while n > 0:
         if n & 1:
@@ -253,5 +249,5 @@ def _integer_pow(ctx, node, x):
         if n:
             base = e.binary("mul", base, base)
     if y < 0:
-        acc = e.binary("real_div", _scalar(x, 1), acc)
+        acc = e.binary("real_div", scalar_like(x, 1), acc)
     return acc

@@ -10,26 +10,13 @@ import numpy as np
 
 from ...ir import DType, TensorType
 from ..registry import lowering
-from .shape import reshape
-
-
-def _as_int(b, x):
-    """MIL's gathers and scatters take fp16/fp32/int32: bools travel as int32."""
-    if x.dtype != DType.bool:
-        return x
-    return b.op("cast", x.type.with_dtype(DType.i32), x=x, dtype="int32")
-
-
-def _back(b, y, dtype):
-    if dtype != DType.bool:
-        return y
-    return b.op("cast", y.type.with_dtype(DType.bool), x=y, dtype="bool")
+from .common import bool_as_int32, reshape, restore_bool
 
 
 @lowering("gather_nd")
 def _gather_nd(ctx, node, x, idx):
     b, t = ctx.b, ctx.out_type(node)
-    xi = _as_int(b, x)
+    xi = bool_as_int32(b, x)
     k = idx.shape[-1]
     if k == 1 and idx.type.rank >= 2:
         # Depth-1 index (embeddings, take): the plain gather along axis 0.
@@ -37,16 +24,16 @@ def _gather_nd(ctx, node, x, idx):
         y = b.op("gather", t.with_dtype(xi.dtype), x=xi, indices=flat, axis=np.int32(0))
     else:
         y = b.op("gather_nd", t.with_dtype(xi.dtype), x=xi, indices=idx)
-    return _back(b, y, t.dtype)
+    return restore_bool(b, y, t.dtype)
 
 
 @lowering("scatter_nd")
 def _scatter_nd(ctx, node, x, idx, upd):
     b, t = ctx.b, ctx.out_type(node)
-    xi, ui = _as_int(b, x), _as_int(b, upd)
+    xi, ui = bool_as_int32(b, x), bool_as_int32(b, upd)
     y = b.op("scatter_nd", t.with_dtype(xi.dtype), data=xi, indices=idx, updates=ui,
              mode=node.params["mode"])
-    return _back(b, y, t.dtype)
+    return restore_bool(b, y, t.dtype)
 
 
 @lowering("cumsum")
@@ -83,7 +70,7 @@ def _dynamic_update_slice(ctx, node, x, upd, *starts):
     grid = np.stack(np.meshgrid(*[np.arange(d, dtype=np.int32) for d in shape],
                                 indexing="ij"), axis=-1).reshape(shape + (rank,))
     idx = b.op("add", TensorType(shape + (rank,), DType.i32), x=grid, y=_begin(b, starts))
-    xi, ui = _as_int(b, x), _as_int(b, upd)
+    xi, ui = bool_as_int32(b, x), bool_as_int32(b, upd)
     y = b.op("scatter_nd", t.with_dtype(xi.dtype), data=xi, indices=idx, updates=ui,
              mode="update")
-    return _back(b, y, t.dtype)
+    return restore_bool(b, y, t.dtype)

@@ -5,7 +5,7 @@ import numpy as np
 
 from ...ir import TensorType
 from ..registry import lowering
-from .shape import reshape, transpose
+from .common import reshape, transpose
 
 
 def _operand(b, x, batch, free, contract, free_first):

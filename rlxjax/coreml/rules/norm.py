@@ -25,11 +25,7 @@ import numpy as np
 from ...ir import DType, TensorType
 from ..registry import lowering
 from .elementwise import Ew
-from .shape import reshape
-
-
-def _c(x, v):
-    return np.asarray(v, dtype=x.dtype.np)
+from .common import reshape, scalar_like
 
 
 def reduce_mean(b, x, axes):
@@ -41,7 +37,8 @@ def reduce_mean(b, x, axes):
 def inv_std(b, var, eps):
     """rsqrt(var + eps) with rsqrt's own epsilon at 0 (eps is the model's, added once)."""
     e = Ew(b)
-    return e.unary("rsqrt", e.binary("add", var, _c(var, eps)), epsilon=_c(var, 0))
+    return e.unary("rsqrt", e.binary("add", var, scalar_like(var, eps)),
+                   epsilon=scalar_like(var, 0))
 
 
 class InvStd:
@@ -75,11 +72,11 @@ def moments(b, x, axes, eps, centred=True):
     amax = b.op("reduce_max", TensorType(shape, x.dtype), x=e.unary("abs", xc),
                 axes=np.asarray(sorted(axes), np.int32), keep_dims=True)
     root_eps = float(np.sqrt(eps))
-    t = e.binary("maximum", amax, _c(amax, root_eps))
+    t = e.binary("maximum", amax, scalar_like(amax, root_eps))
     z = e.binary("real_div", xc, t)
     m = reduce_mean(b, e.binary("mul", z, z), axes)
-    r = e.binary("real_div", _c(t, root_eps), t)
-    s = e.unary("rsqrt", e.binary("add", m, e.binary("mul", r, r)), epsilon=_c(m, 0))
+    r = e.binary("real_div", scalar_like(t, root_eps), t)
+    s = e.unary("rsqrt", e.binary("add", m, e.binary("mul", r, r)), epsilon=scalar_like(m, 0))
     return e.binary("mul", z, s), InvStd(s, t), mean, \
         lambda: e.binary("mul", e.binary("mul", m, t), t)
 
@@ -189,8 +186,8 @@ def _batch_norm_train(ctx, node, *inputs):
 
     def update(running, stat):
         stat = reshape(b, stat, running.shape)
-        return e.binary("add", e.binary("mul", running, _c(running, m)),
-                        e.binary("mul", stat, _c(running, 1.0 - m)))
+        return e.binary("add", e.binary("mul", running, scalar_like(running, m)),
+                        e.binary("mul", stat, scalar_like(running, 1.0 - m)))
 
     return y, update(rmean, mean), update(rvar, var)
 
@@ -210,7 +207,7 @@ def _ada_layer_norm(ctx, node, x, scale, shift):
     p, b, e = node.params, ctx.b, Ew(ctx.b)
     last = [x.type.rank - 1]
     n = (normalize if p["kind"] == "layer" else rms_normalize)(b, x, last, p["eps"])
-    one_plus = e.binary("add", scale, _c(scale, 1))  # on the (small) scale tensor
+    one_plus = e.binary("add", scale, scalar_like(scale, 1))  # on the (small) scale tensor
     return e.binary("add", e.binary("mul", n, one_plus), shift)
 
 

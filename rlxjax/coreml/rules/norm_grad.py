@@ -24,14 +24,10 @@ from ...ir import TensorType
 from ..registry import lowering
 from .elementwise import Ew
 from .norm import along, group_layout, inv_std, moments, reduce_mean
-from .shape import reshape
+from .common import reshape, scalar_like
 
 
 # -- shared maths ----------------------------------------------------------------------
-def _c(x, v):
-    return np.asarray(v, dtype=x.dtype.np)
-
-
 def reduce_sum(b, x, axes, keep_dims=False):
     """Sum over ``axes`` (x itself when there are none)."""
     axes = sorted(axes)
@@ -158,12 +154,12 @@ def _batch_norm_grad(ctx, node, *inputs):
     if "dbeta" in want or "dmean" in want:
         s0 = got["dbeta"] = reduce_sum(b, dy, red)
         if "dmean" in want:
-            got["dmean"] = e.binary("mul", s0, e.binary("mul", k, _c(k, -1)))
+            got["dmean"] = e.binary("mul", s0, e.binary("mul", k, scalar_like(k, -1)))
     if "dgamma" in want or "dvar" in want:
         xc = e.binary("sub", x, along(b, mean, ax, rank))
         dg = got["dgamma"] = e.binary("mul", reduce_sum(b, e.binary("mul", dy, xc), red), inv)
         if "dvar" in want:
-            half_k_inv = e.binary("mul", k, e.binary("mul", inv, _c(inv, -0.5)))
+            half_k_inv = e.binary("mul", k, e.binary("mul", inv, scalar_like(inv, -0.5)))
             got["dvar"] = e.binary("mul", dg, half_k_inv)
     return tuple(got[n] for n in want)
 
@@ -180,7 +176,7 @@ def _ada_layer_norm_grad(ctx, node, x, scale, dy):
     if "dx" in want or "dscale" in want:
         n, inv = norm_stats(b, x, last, p["eps"], centred)
     if "dx" in want:
-        sy = e.binary("mul", dy, e.binary("add", scale, _c(scale, 1)))
+        sy = e.binary("mul", dy, e.binary("add", scale, scalar_like(scale, 1)))
         got["dx"] = input_grad(b, sy, n, inv, last, centred)
     if "dscale" in want:
         got["dscale"] = sum_to(b, e.binary("mul", dy, n), scale.shape)

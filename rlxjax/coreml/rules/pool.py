@@ -25,7 +25,7 @@ from ...ir import DType, TensorType
 from ...ir.pool import window_out_shape
 from ..registry import lowering
 from .elementwise import Ew
-from .shape import _const_pad, _pad_const, _slice_axis, reshape
+from .common import lax_pad, pad_edges, reshape, slice_axis
 
 _COMBINE = {"reduce_window_max": "maximum", "reduce_window_min": "minimum",
             "reduce_window_sum": "add"}
@@ -140,7 +140,7 @@ def _spread_1d(b, items, axis, s, n, zero):
         for m, v in planes[r]:
             pads = [(0, 0)] * v.type.rank
             pads[axis] = (m, m_max - m)
-            v = _const_pad(b, v, pads, zero)
+            v = pad_edges(b, v, pads, zero)
             plane = v if plane is None else Ew(b).binary("add", plane, v)
         split = plane.shape[:axis + 1] + (1,) + plane.shape[axis + 1:]
         stacked.append(reshape(b, plane, split))
@@ -154,7 +154,7 @@ def _spread_1d(b, items, axis, s, n, zero):
     if len(stacked) < s:  # residues with no tap are zero
         pads = [(0, 0)] * inter.type.rank
         pads[axis + 1] = (0, s - len(stacked))
-        inter = _const_pad(b, inter, pads, zero)
+        inter = pad_edges(b, inter, pads, zero)
     merged = inter.shape[:axis] + (length * s,) + inter.shape[axis + 2:]
     return _fit(b, reshape(b, inter, merged), axis, n, zero)
 
@@ -167,7 +167,7 @@ def _spread_interior(b, items, axis, s, n, zero):
         n_out = v.shape[axis]
         cfg = [(0, 0, 0)] * v.type.rank
         cfg[axis] = (q, n - q - (n_out - 1) * s - 1, s - 1)
-        v = _pad_const(b, v, cfg, zero)
+        v = lax_pad(b, v, cfg, zero)
         acc = v if acc is None else Ew(b).binary("add", acc, v)
     return acc
 
@@ -176,9 +176,9 @@ def _fit(b, x, axis, n, zero):
     """Crop (only zeros lie past n) or zero-pad ``x`` to length n along ``axis``."""
     m = x.shape[axis]
     if m > n:
-        return _slice_axis(b, x, axis, 0, n)
+        return slice_axis(b, x, axis, 0, n)
     if m < n:
         pads = [(0, 0)] * x.type.rank
         pads[axis] = (0, n - m)
-        return _const_pad(b, x, pads, zero)
+        return pad_edges(b, x, pads, zero)
     return x
