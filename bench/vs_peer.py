@@ -100,24 +100,16 @@ def _fresh(fn):
 
 # -- counting ops in a saved package --------------------------------------------------------
 
-def _count_block(block) -> int:
-    n = 0
-    for op in block.operations:
-        if op.type != "const":
-            n += 1
-        for sub in op.blocks:
-            n += _count_block(sub)
-    return n
-
-
 def package_ops(path) -> int:
+    """Non-const MIL ops of a saved package's main function, nested blocks included."""
     from coremltools.proto import Model_pb2
+
+    from rlxjax.coreml.mil import function_block, operations
 
     m = Model_pb2.Model()
     with open(os.path.join(path, "Data", "com.apple.CoreML", "model.mlmodel"), "rb") as f:
         m.ParseFromString(f.read())
-    fn = m.mlProgram.functions["main"]
-    return _count_block(fn.block_specializations[fn.opset])
+    return sum(op.type != "const" for op in operations(function_block(m, "main")))
 
 
 # -- the two compilers ----------------------------------------------------------------------
