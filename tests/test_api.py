@@ -177,7 +177,7 @@ def test_save_replaces_atomically_and_failure_keeps_previous(tmp_path, monkeypat
         (open(os.path.join(staged, "partial"), "w")).write("half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(package, "_create_mlpackage", broken)
+    monkeypatch.setattr(package, "create_mlpackage", broken)
     with pytest.raises(OSError, match="disk full"):
         second.save(path)
     assert model_file.read_bytes() == before and (path / "Manifest.json").read_text() == manifest
