@@ -20,6 +20,7 @@ from .ir import Graph, TensorType, dtype_from_numpy
 from .runtime import make_backend, resolve_backend
 from .transforms.recognize_norms import recognize_norms
 from .transforms.regions import all_regions, inline_custom_calls
+from .transforms.fold import fold_constants
 from .transforms.mil_cse import mil_cse
 from .transforms.simplify import simplify
 from .frontend.rules.random import reject_prng_key
@@ -195,6 +196,7 @@ class Lowered:
     @_without_gc
     def compile(self) -> Compiled:
         tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
+        fold_constants(self.graph, self.precision)  # the last RLX pass, regions included
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
                                        states=self.states)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)

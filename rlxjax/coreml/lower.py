@@ -219,7 +219,7 @@ def _to_io(ctx, var: Var, mil_name: str, renamed: set) -> Var:
     # identity op carrying the output name instead.
     own = var.producer is not None and var.producer.type != "const" and id(var) not in renamed
     if not own:
-        var = b.op("identity", var.type, fold=False, x=var)
+        var = b.op("identity", var.type, x=var)
     b.rename(var, mil_name)
     renamed.add(id(var))
     return var

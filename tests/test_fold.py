@@ -1,0 +1,245 @@
+"""Constant folding on the RLX graph (rlxjax/transforms/fold): a function of constants
+compiles to a constant equal to what the same function computes, unfolded, on the
+reference backend (the program with the constants as inputs) and to JAX's result.
+
+Bit-exact for the ops whose rounding is specified; within a few ulps for the
+transcendentals (numpy's kernels against the reference interpreter's MIL decompositions).
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+import rlxjax
+import rlxjax.nn
+from rlxjax.ir import Graph, TensorType, DType
+from rlxjax.ir.ops import OPS
+from rlxjax.transforms.fold import fold_constants
+
+pytestmark = pytest.mark.reference_backend  # bit-identity with the MIL program's semantics
+
+FEW = settings(max_examples=10, deadline=None)
+F32 = np.float32
+
+
+def _floats(shape, lo=-8.0, hi=8.0, dtype=F32):
+    return hnp.arrays(dtype, shape, elements=st.floats(lo, hi, width=32,
+                                                       allow_subnormal=False))
+
+
+def _ints(shape, lo=-50, hi=50):
+    return hnp.arrays(np.int32, shape, elements=st.integers(lo, hi))
+
+
+def _shapes(min_dims=0, max_dims=3):
+    return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=1, max_side=4)
+
+
+def _same(got, want, ulps=0):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got, want)
+    if ulps and got.dtype.kind == "f":
+        np.testing.assert_array_max_ulp(got, want, maxulp=ulps)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def check_fold(fn, *consts, ulps=0, jax_ulps=None, precision="fp32"):
+    """``fn`` of constants folds away; the constant equals ``fn`` run unfolded (the same
+    values as program inputs) on the reference backend, and ``fn`` under JAX."""
+    folded = rlxjax.coreml_jit(lambda: fn(*map(jnp.asarray, consts)), backend="reference",
+                               precision=precision).lower().compile()
+    ops = [n.op for n in folded.graph.nodes]
+    assert set(ops) <= {"constant"}, f"not folded: {ops}"
+    unfolded = rlxjax.coreml_jit(fn, backend="reference", precision=precision)
+    got = folded()
+    _same(got, unfolded(*consts), ulps)
+    if precision == "fp32":
+        _same(got, jax.jit(fn)(*consts), ulps if jax_ulps is None else jax_ulps)
+    return got
+
+
+# -- elementwise ---------------------------------------------------------------------
+EXACT_UNARY = {"neg": jnp.negative, "abs": jnp.abs, "floor": jnp.floor, "ceil": jnp.ceil,
+               "square": jnp.square, "sqrt": lambda x: jnp.sqrt(jnp.abs(x)),
+               "round": jnp.round, "round_away": lambda x: jax.lax.round(x),
+               "cube": lambda x: x ** 3, "inv_sq": lambda x: x ** -2,
+               "stop_gradient": jax.lax.stop_gradient}
+TRANSCENDENTAL = {"exp": jnp.exp, "exp2": jnp.exp2, "tanh": jnp.tanh, "sin": jnp.sin,
+                  "cos": jnp.cos, "logistic": jax.nn.sigmoid, "erf": jax.lax.erf,
+                  "log": lambda x: jnp.log(jnp.abs(x) + 1), "log1p": lambda x: jnp.log1p(jnp.abs(x)),
+                  "expm1": jnp.expm1, "rsqrt": lambda x: jax.lax.rsqrt(jnp.abs(x) + 1)}
+
+
+@FEW
+@given(st.sampled_from(sorted(EXACT_UNARY)), _shapes().flatmap(_floats))
+def test_exact_unary_ops_fold_bit_exactly(name, x):
+    check_fold(EXACT_UNARY[name], x)
+
+
+@FEW
+@given(st.sampled_from(sorted(TRANSCENDENTAL)), _shapes().flatmap(_floats))
+def test_transcendental_ops_fold_within_ulps(name, x):
+    check_fold(TRANSCENDENTAL[name], x, ulps=4, jax_ulps=8)
+
+
+BINARY = {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.divide,
+          "max": jnp.maximum, "min": jnp.minimum, "rem": jnp.fmod, "lt": jnp.less,
+          "eq": jnp.equal, "ge": jnp.greater_equal, "where": lambda x, y: jnp.where(x < y, x, y),
+          "clamp": lambda x, y: jax.lax.clamp(F32(-1), x, y)}
+
+
+@st.composite
+def _two_operands(draw, elements):
+    shapes = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=4))
+    return [draw(elements(s)) for s in shapes.input_shapes]
+
+
+@FEW
+@given(st.sampled_from(sorted(BINARY)), _two_operands(_floats))
+def test_binary_float_ops_fold_bit_exactly(name, xy):
+    fn = BINARY[name]
+    if name == "clamp":
+        xy[1] = np.broadcast_to(xy[1], np.broadcast_shapes(xy[0].shape, xy[1].shape)).copy()
+        xy[0] = np.broadcast_to(xy[0], xy[1].shape).copy()
+    check_fold(fn, *xy)
+
+
+INT_BINARY = {"add": jnp.add, "mul": jnp.multiply, "rem": jnp.fmod,
+              "div": lambda x, y: jax.lax.div(*jnp.broadcast_arrays(x, y)),
+              "max": jnp.maximum, "le": jnp.less_equal}
+
+
+@FEW
+@given(st.sampled_from(sorted(INT_BINARY)), _two_operands(_ints))
+def test_int_ops_fold_bit_exactly(name, xy):
+    x, y = xy
+    if name in ("div", "rem"):
+        y = np.where(y == 0, 7, y).astype(np.int32)
+    check_fold(INT_BINARY[name], x, y)
+
+
+def test_int_division_by_zero_is_not_folded():
+    x, y = np.array([7, -7], np.int32), np.array([0, 2], np.int32)
+    compiled = rlxjax.coreml_jit(lambda: jax.lax.div(x, y)).lower().compile()
+    assert any(n.op == "div" for n in compiled.graph.nodes)
+
+
+@FEW
+@given(_shapes().flatmap(lambda s: _floats(s, -300.0, 300.0)),
+       st.sampled_from([np.int32, np.bool_, np.float16]))
+def test_convert_folds_exactly(x, dtype):
+    check_fold(lambda x: x.astype(dtype), x)
+
+
+# -- reductions, shapes, linear, indexing ----------------------------------------------
+REDUCE = {"sum": jnp.sum, "max": jnp.max, "min": jnp.min, "prod": jnp.prod,
+          "argmax": lambda x, axis: jnp.argmax(x, axis), "argmin": lambda x, axis: jnp.argmin(x, axis)}
+
+
+@FEW
+@given(st.sampled_from(sorted(REDUCE)), _shapes(1).flatmap(_floats), st.data())
+def test_reductions_fold(name, x, data):
+    axis = data.draw(st.integers(0, x.ndim - 1))
+    ulps = 2 if name in ("sum", "prod") else 0  # JAX's accumulation order is its own
+    check_fold(lambda x: REDUCE[name](x, axis=axis), x, jax_ulps=ulps)
+
+
+SHAPE = {
+    "reshape": lambda x: x.reshape(-1),
+    "transpose": lambda x: x.T,
+    "broadcast": lambda x: jnp.broadcast_to(x, (2,) + x.shape),
+    "rev": lambda x: x[::-1] if x.ndim else x,
+    "concatenate": lambda x: jnp.concatenate([x, x * 2], axis=0) if x.ndim else x,
+    "slice": lambda x: x[..., 1::2] if x.ndim else x,
+    "pad": lambda x: jax.lax.pad(x, F32(-3), [(1, -1, 1)] * x.ndim),
+    "cumsum": lambda x: jnp.cumsum(x, axis=-1) if x.ndim else x,
+    "cumsum_rev": lambda x: jax.lax.cumsum(x, axis=0, reverse=True) if x.ndim else x,
+    "gather": lambda x: x[jnp.array([0, 0])] if x.ndim else x,
+    "scatter_add": lambda x: x.at[jnp.array([0, 0])].add(1.5) if x.ndim else x,
+    "dynamic_slice": lambda x: jax.lax.dynamic_slice_in_dim(x, 1, 1, 0) if x.ndim and x.shape[0] > 1 else x,
+    "dynamic_update": lambda x: jax.lax.dynamic_update_index_in_dim(x, x[0] * 0 + 5, 0, 0) if x.ndim else x,
+}
+
+
+@FEW
+@given(st.sampled_from(sorted(SHAPE)), _shapes().flatmap(_floats))
+def test_shape_and_indexing_ops_fold_bit_exactly(name, x):
+    check_fold(SHAPE[name], x, jax_ulps=2 if "cumsum" in name else None)
+
+
+@FEW
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.data())
+def test_dot_general_folds(m, k, n, b, data):
+    x = data.draw(_floats((b, m, k)))
+    y = data.draw(_floats((b, k, n)))
+    check_fold(lambda x, y: jnp.einsum("bmk,bkn->bnm", x, y), x, y, jax_ulps=4)
+
+
+def test_fp16_programs_fold_in_fp16():
+    x = np.linspace(-3, 3, 12, dtype=F32).reshape(3, 4) * F32(1.001)
+    fn = lambda x: (x * F32(1.7) + F32(0.3)).sum(axis=0) / F32(3)  # noqa: E731
+    got = check_fold(fn, x, precision="fp16")
+    assert not np.array_equal(got, fn(x))  # fp32 differs: the fold computed in fp16
+
+
+# -- policy ----------------------------------------------------------------------------
+def test_large_broadcasts_stay_ops_but_their_reductions_fold():
+    def fn(x):
+        big = jnp.broadcast_to(F32(2.0), (64, 64))
+        return big, x + big.sum()
+
+    compiled = rlxjax.coreml_jit(fn, backend="reference").lower(np.ones(3, F32)).compile()
+    nodes = [n.op for n in compiled.graph.nodes]
+    assert nodes.count("broadcast_in_dim") == 1 and "reduce_sum" not in nodes
+    big, y = compiled(np.ones(3, F32))
+    np.testing.assert_array_equal(y, np.full(3, 8193, F32))
+    assert compiled.cost_analysis()["weight_bytes"] < 64 * 64 * 4
+
+
+def test_random_and_region_ops_have_no_fold_implementation():
+    for op in OPS.values():
+        if op.effect != "pure" or op.family in ("random", "control"):
+            assert op.impl("fold") is None, op.name
+
+
+def test_random_draws_are_never_folded():
+    g = Graph()
+    mask = g.add("bernoulli", shape=(4,), dtype=DType.f32, prob=0.5, seed=3)
+    g.add_output("y", g.add("mul", mask, g.constant(np.full(4, 2.0, F32))))
+    assert fold_constants(g) == 0
+    assert [n.op for n in g.nodes] == ["bernoulli", "constant", "mul"]
+
+    def drop(x):
+        keep = rlxjax.nn.dropout(jnp.ones((8,), F32) * 3, 0.5, deterministic=False, seed=1)
+        return x * keep
+
+    compiled = rlxjax.coreml_jit(drop).lower(np.ones(8, F32)).compile()
+    assert "random_bernoulli" in compiled.op_histogram()
+
+
+def test_folded_constants_keep_the_source_line():
+    g = Graph()
+    c = g.constant(np.arange(4, dtype=F32))
+    e = g.add("exp", c, source="model.py:12")
+    g.add_output("y", g.add("mul", e, g.add_input("x", TensorType((4,), DType.f32))))
+    assert fold_constants(g) == 1
+    (const,) = [n for n in g.nodes if n.op == "constant"]  # the input constant is gone
+    assert const.source == "model.py:12"
+    np.testing.assert_array_equal(const.params["value"], np.exp(np.arange(4, dtype=F32)))
+
+
+def test_scan_constants_fold_inside_the_body():
+    w = np.arange(6, dtype=F32).reshape(2, 3)
+
+    def fn(x):
+        def body(c, _):
+            return c + jnp.tanh(w.T @ w).sum(), None  # a function of constants only
+        return jax.lax.scan(body, x, None, length=3)[0]
+
+    compiled = rlxjax.coreml_jit(fn, backend="reference").lower(np.ones((), F32)).compile()
+    assert "tanh" not in compiled.op_histogram() and "matmul" not in compiled.op_histogram()
+    np.testing.assert_allclose(compiled(np.ones((), F32)), fn(np.ones((), F32)), rtol=1e-6)
+
