@@ -21,6 +21,9 @@ from ..ir import DType, TensorType
 from ..ir.types import Typed
 
 BLOB_MIN_ELEMENTS = 10
+# A filled tensor up to this size is a constant; a larger one a ``fill`` op, so that the
+# weights do not grow with it (transforms/fold.FOLD_MAX_GROWTH is the same policy).
+FILL_CONST_MAX = 256
 WEIGHT_FILE = "weight.bin"
 
 _PROTO_DTYPE = {
@@ -135,6 +138,14 @@ class MilBuilder:
         self._const_cache[key] = var
         self._known[id(var)] = str(arr) if arr.dtype.kind == "U" else arr
         return var
+
+    def full(self, t: TensorType, value) -> Var:
+        """A tensor of type ``t`` filled with ``value``: a constant when small (or bool:
+        MIL's fill takes numbers only), else a ``fill`` op."""
+        if t.dtype == DType.bool or int(np.prod(t.shape, dtype=np.int64)) <= FILL_CONST_MAX:
+            return self.const(np.full(tuple(t.shape), value, t.dtype.np))
+        return self.op("fill", t, shape=np.asarray(t.shape, np.int32),
+                       value=np.asarray(value, t.dtype.np))
 
     def _const_value(self, arr: np.ndarray, t: TensorType) -> MIL_pb2.Value:
         if arr.size >= BLOB_MIN_ELEMENTS and t.dtype != DType.bool:

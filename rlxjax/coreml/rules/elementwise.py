@@ -243,8 +243,7 @@ def _integer_pow(ctx, node, x):
     y = node.params["y"]
     e = Ew(ctx.b)
     if y == 0:
-        return ctx.b.op("fill", ctx.out_type(node), shape=np.asarray(x.shape, np.int32),
-                        value=_scalar(x, 1)) if x.shape else ctx.b.const(_scalar(x, 1))
+        return ctx.b.full(ctx.out_type(node), 1)
     acc, base, n = None, x, abs(y)
     while n > 0:
         if n & 1:
