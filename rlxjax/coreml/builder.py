@@ -142,7 +142,7 @@ class MilBuilder:
     def full(self, t: TensorType, value) -> Var:
         """A tensor of type ``t`` filled with ``value``: a constant when small (or bool:
         MIL's fill takes numbers only), else a ``fill`` op."""
-        if t.dtype == DType.bool or int(np.prod(t.shape, dtype=np.int64)) <= FILL_CONST_MAX:
+        if t.dtype == DType.bool or t.size <= FILL_CONST_MAX:
             return self.const(np.full(tuple(t.shape), value, t.dtype.np))
         return self.op("fill", t, shape=np.asarray(t.shape, np.int32),
                        value=np.asarray(value, t.dtype.np))

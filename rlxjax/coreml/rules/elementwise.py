@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, TensorType, broadcast_shapes
-from ..builder import cast_name
+from ..builder import FILL_CONST_MAX, cast_name
 from ..registry import lowering
 from .shape import reshape
 
@@ -68,7 +68,11 @@ def select(b, t, cond, x, y):
         xv = b.const(x) if isinstance(x, np.ndarray) else x
         full = (1,) * (t.rank - xv.type.rank) + tuple(xv.shape)
         reps = [d // s for d, s in zip(t.shape, full)]
-        x = b.op("tile", t, x=reshape(b, xv, full), reps=np.asarray(reps, np.int32))
+        known = b.known(xv)
+        if known is not None and t.size <= max(FILL_CONST_MAX, known.size):
+            x = b.const(np.tile(np.reshape(known, full), reps))  # a small constant
+        else:
+            x = b.op("tile", t, x=reshape(b, xv, full), reps=np.asarray(reps, np.int32))
     return b.op("select", t, cond=cond, a=x, b=y)
 
 
