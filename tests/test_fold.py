@@ -272,3 +272,63 @@ def test_a_model_of_constants_and_inputs_is_bit_identical_without_folding(monkey
         np.testing.assert_array_equal(got, base)
     for got, want in zip(on(x), model(x)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _all_constant_ops(ops):
+    """Non-const MIL ops every input of which is a const (what folding should leave none
+    of, but for large fills and tiles kept by the size policy)."""
+    consts, found = set(), []
+    for op in ops:
+        if op.type == "const":
+            consts.update(o.name for o in op.outputs)
+    for op in ops:
+        names = [b.name for arg in op.inputs.values() for b in arg.arguments
+                 if b.WhichOneof("binding") == "name"]
+        if op.type != "const" and names and all(n in consts for n in names):
+            found.append(op.type)
+    return found
+
+
+LOWERING_CONSTANTS = {
+    # scan buffers for stacked outputs (a small fill), bool ones too
+    "scan": (lambda x: jax.lax.scan(lambda c, t: (c + t, (c * t, c > t)), x[0], x), (4, 3)),
+    # a gather with constant indices (the indices are reshaped)
+    "gather": (lambda x: x[np.array([2, 0, 1])], (3, 2)),
+    # constant start indices of dynamic slices and updates
+    "dynamic": (lambda x: jax.lax.dynamic_update_slice(
+        x, jax.lax.dynamic_slice(x, (np.int32(1), np.int32(0)), (2, 2)) * 2,
+        (np.int32(0), np.int32(1))), (3, 3)),
+    "pow0": (lambda x: jax.lax.integer_pow(x, 0) + x, (2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOWERING_CONSTANTS))
+def test_lowerings_leave_no_all_constant_ops(name):
+    fn, shape = LOWERING_CONSTANTS[name]
+    x = np.arange(np.prod(shape), dtype=F32).reshape(shape) - 2
+    compiled = rlxjax.coreml_jit(fn, backend="reference").lower(x).compile()
+    assert _all_constant_ops(compiled.mil_ops()) == []
+    compiled.validate()
+    got, want = jax.tree_util.tree_leaves(compiled(x)), jax.tree_util.tree_leaves(fn(x))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_select_of_small_constant_branches_is_no_all_constant_tile():
+    # RLX select broadcasts implicitly (VJP rules emit it so); MIL's select takes its
+    # shape from the branches, so the lowering tiles one: a constant, when it is small
+    import tempfile
+
+    from rlxjax.coreml.lower import lower_graph
+    from rlxjax.coreml.targets import get_target
+
+    g = Graph()
+    x = g.add_input("x", TensorType((3, 4), DType.f32))
+    pred = g.add("gt", x, g.constant(np.zeros((), F32)))
+    g.add_output("y", g.add("select", pred, g.constant(np.float32(-1)),
+                            g.constant(np.arange(4, dtype=F32))))
+    with tempfile.TemporaryDirectory() as d:
+        model, _, _ = lower_graph(g, get_target("iOS17"), "fp32", d)
+    block = next(iter(model.mlProgram.functions["main"].block_specializations.values()))
+    ops = list(block.operations)
+    assert _all_constant_ops(ops) == [] and "tile" not in [o.type for o in ops]
