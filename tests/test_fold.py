@@ -332,3 +332,15 @@ def test_a_select_of_small_constant_branches_is_no_all_constant_tile():
     block = next(iter(model.mlProgram.functions["main"].block_specializations.values()))
     ops = list(block.operations)
     assert _all_constant_ops(ops) == [] and "tile" not in [o.type for o in ops]
+
+
+@pytest.mark.parametrize("value", [np.float32(2.5), np.array([True, False]), np.int32(3)])
+def test_constant_outputs_need_no_conversion_ops(value):
+    # rank-0 and bool outputs travel as rank-1 / int32: a constant is stored that way
+    flip = (lambda v: ~v) if value.dtype == np.bool_ else (lambda v: -v)  # noqa: E731
+    compiled = rlxjax.coreml_jit(lambda: (jnp.asarray(value), flip(jnp.asarray(value))),
+                                 backend="reference").lower().compile()
+    assert compiled.op_histogram() == {"identity": 2}
+    for got, want in zip(compiled(), (value, flip(value))):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == value.dtype and got.shape == np.shape(value)
