@@ -37,6 +37,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ...ir import Graph, Node
+from ...ir.control import REGION_OPS
 from ...ir.ops import OPS
 from ..regions import all_regions
 from . import elementwise, indexing, linear, reduction, shape  # noqa: F401  (register)
@@ -63,8 +64,11 @@ def _region_consts(node: Node):
 def fold_constants(graph: Graph, precision: str = "fp32") -> int:
     """Fold ``graph`` and every region in it, in place; returns how many nodes were
     replaced by constants."""
-    uses = Counter(id(g) for g in all_regions(graph))
-    return _Folder(precision, {k for k, n in uses.items() if n > 1}).fold(graph)
+    shared = set()
+    if any(n.op in REGION_OPS for n in graph.nodes):
+        uses = Counter(id(g) for g in all_regions(graph))
+        shared = {k for k, n in uses.items() if n > 1}
+    return _Folder(precision, shared).fold(graph)
 
 
 class _Folder:
