@@ -344,3 +344,17 @@ def test_constant_outputs_need_no_conversion_ops(value):
     for got, want in zip(compiled(), (value, flip(value))):
         np.testing.assert_array_equal(got, want)
         assert got.dtype == value.dtype and got.shape == np.shape(value)
+
+
+def test_folding_is_idempotent_on_regions():
+    w = np.arange(3, dtype=F32)
+
+    def fn(x):
+        return jax.lax.fori_loop(0, 3, lambda i, c: c * jnp.exp(w).sum(), x)
+
+    lowered = rlxjax.coreml_jit(fn, backend="reference").lower(np.ones((), F32))
+    assert fold_constants(lowered.graph) >= 1
+    text = str(lowered.graph)
+    assert fold_constants(lowered.graph) == 0 and str(lowered.graph) == text
+    np.testing.assert_allclose(lowered.compile()(np.ones((), F32)), fn(np.ones((), F32)),
+                               rtol=1e-6)

@@ -44,6 +44,7 @@ from . import elementwise, indexing, linear, reduction, shape  # noqa: F401  (re
 
 FOLD_MAX_GROWTH = 256
 
+
 def _region_consts(node: Node):
     """(region, operand positions, region input positions) of the operands of a region op
     that reach the region unchanged in every iteration (not loop-carried)."""
@@ -81,6 +82,9 @@ class _Folder:
         if self.fp16 and arr.dtype == np.float32:
             return arr.astype(np.float16)
         return arr
+
+    def compute_dtype(self, dtype: np.dtype) -> np.dtype:
+        return np.dtype(np.float16) if self.fp16 and dtype == np.float32 else dtype
 
     def fold(self, graph: Graph) -> int:
         known: Dict[int, np.ndarray] = {}
@@ -133,7 +137,7 @@ class _Folder:
         outs = []
         for r, v in zip(res if isinstance(res, tuple) else (res,), node.outputs):
             r = np.asarray(r)
-            want = self.compute(np.empty((), v.type.dtype.np)).dtype
+            want = self.compute_dtype(v.type.dtype.np)
             if r.dtype == np.float32 and want == np.float16:
                 r = r.astype(np.float16)  # e.g. a convert to f32 in an fp16 program
             if r.shape != tuple(v.type.shape) or r.dtype != want:
@@ -143,17 +147,20 @@ class _Folder:
         return outs
 
     def _stored(self, val: np.ndarray, out) -> np.ndarray:
+        """The constant's value in the graph's dtype (the lowering converts it back)."""
         return val.astype(out.type.dtype.np, copy=False)
 
     def _propagate(self, region: Graph, node: Node, outer, inner, known) -> int:
         """Replace region inputs fed by constant operands with constants; fold the region."""
         if id(region) in self.shared:
             return self.fold(region)
+        read = {v.id for n in region.nodes for v in n.inputs}
+        read.update(v.id for _, v in region.outputs)
         mapping = {}
         consts = []
         for o, i in zip(outer, inner):
             v = node.inputs[o]
-            if v.node is None or v.node.op != "constant":
+            if v.node is None or v.node.op != "constant" or region.inputs[i][1].id not in read:
                 continue
             const = region.add_node("constant", (), {"value": v.node.params["value"]},
                                     v.node.source)
