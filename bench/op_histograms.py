@@ -55,8 +55,9 @@ def compare(before: dict, after: dict) -> int:
         if a is None:
             print(f"{name}: missing after")
             continue
-        diff = {k: a["hist"].get(k, 0) - b["hist"].get(k, 0)
-                for k in set(a["hist"]) | set(b["hist"]) if a["hist"].get(k, 0) != b["hist"].get(k, 0)}
+        ha, hb = a["hist"], b["hist"]
+        diff = {k: ha.get(k, 0) - hb.get(k, 0) for k in set(ha) | set(hb)
+                if ha.get(k, 0) != hb.get(k, 0)}
         mark = ""
         if a["mil_ops"] > b["mil_ops"] or a["weight_bytes"] > b["weight_bytes"]:
             worse += 1

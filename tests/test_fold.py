@@ -21,6 +21,7 @@ from rlxjax.transforms.fold import fold_constants
 pytestmark = pytest.mark.reference_backend  # bit-identity with the MIL program's semantics
 
 FEW = settings(max_examples=10, deadline=None)
+PER_OP = settings(max_examples=3, deadline=None)  # each op is its own test case
 F32 = np.float32
 
 
@@ -69,18 +70,21 @@ EXACT_UNARY = {"neg": jnp.negative, "abs": jnp.abs, "floor": jnp.floor, "ceil": 
                "stop_gradient": jax.lax.stop_gradient}
 TRANSCENDENTAL = {"exp": jnp.exp, "exp2": jnp.exp2, "tanh": jnp.tanh, "sin": jnp.sin,
                   "cos": jnp.cos, "logistic": jax.nn.sigmoid, "erf": jax.lax.erf,
-                  "log": lambda x: jnp.log(jnp.abs(x) + 1), "log1p": lambda x: jnp.log1p(jnp.abs(x)),
+                  "log": lambda x: jnp.log(jnp.abs(x) + 1),
+                  "log1p": lambda x: jnp.log1p(jnp.abs(x)),
                   "expm1": jnp.expm1, "rsqrt": lambda x: jax.lax.rsqrt(jnp.abs(x) + 1)}
 
 
-@FEW
-@given(st.sampled_from(sorted(EXACT_UNARY)), _shapes().flatmap(_floats))
+@pytest.mark.parametrize("name", sorted(EXACT_UNARY))
+@PER_OP
+@given(_shapes().flatmap(_floats))
 def test_exact_unary_ops_fold_bit_exactly(name, x):
     check_fold(EXACT_UNARY[name], x)
 
 
-@FEW
-@given(st.sampled_from(sorted(TRANSCENDENTAL)), _shapes().flatmap(_floats))
+@pytest.mark.parametrize("name", sorted(TRANSCENDENTAL))
+@PER_OP
+@given(_shapes().flatmap(_floats))
 def test_transcendental_ops_fold_within_ulps(name, x):
     check_fold(TRANSCENDENTAL[name], x, ulps=4, jax_ulps=8)
 
@@ -97,8 +101,9 @@ def _two_operands(draw, elements):
     return [draw(elements(s)) for s in shapes.input_shapes]
 
 
-@FEW
-@given(st.sampled_from(sorted(BINARY)), _two_operands(_floats))
+@pytest.mark.parametrize("name", sorted(BINARY))
+@PER_OP
+@given(_two_operands(_floats))
 def test_binary_float_ops_fold_bit_exactly(name, xy):
     fn = BINARY[name]
     if name == "clamp":
@@ -112,13 +117,26 @@ INT_BINARY = {"add": jnp.add, "mul": jnp.multiply, "rem": jnp.fmod,
               "max": jnp.maximum, "le": jnp.less_equal}
 
 
-@FEW
-@given(st.sampled_from(sorted(INT_BINARY)), _two_operands(_ints))
+@pytest.mark.parametrize("name", sorted(INT_BINARY))
+@PER_OP
+@given(_two_operands(_ints))
 def test_int_ops_fold_bit_exactly(name, xy):
     x, y = xy
     if name in ("div", "rem"):
         y = np.where(y == 0, 7, y).astype(np.int32)
     check_fold(INT_BINARY[name], x, y)
+
+
+BOOL_OPS = {"and": jnp.logical_and, "or": jnp.logical_or, "xor": jnp.logical_xor,
+            "not": lambda x, y: ~x, "select": lambda x, y: jnp.where(x, y, ~y),
+            "lt": jnp.less, "eq": jnp.equal}
+
+
+@pytest.mark.parametrize("name", sorted(BOOL_OPS))
+@PER_OP
+@given(_two_operands(lambda s: hnp.arrays(np.bool_, s)))
+def test_bool_ops_fold_exactly(name, xy):
+    check_fold(BOOL_OPS[name], *xy)
 
 
 def test_int_division_by_zero_is_not_folded():
@@ -136,36 +154,41 @@ def test_convert_folds_exactly(x, dtype):
 
 # -- reductions, shapes, linear, indexing ----------------------------------------------
 REDUCE = {"sum": jnp.sum, "max": jnp.max, "min": jnp.min, "prod": jnp.prod,
-          "argmax": lambda x, axis: jnp.argmax(x, axis), "argmin": lambda x, axis: jnp.argmin(x, axis)}
+          "argmax": lambda x, axis: jnp.argmax(x, axis),
+          "argmin": lambda x, axis: jnp.argmin(x, axis)}
 
 
-@FEW
-@given(st.sampled_from(sorted(REDUCE)), _shapes(1).flatmap(_floats), st.data())
+@pytest.mark.parametrize("name", sorted(REDUCE))
+@PER_OP
+@given(_shapes(1).flatmap(_floats), st.data())
 def test_reductions_fold(name, x, data):
     axis = data.draw(st.integers(0, x.ndim - 1))
     ulps = 2 if name in ("sum", "prod") else 0  # JAX's accumulation order is its own
     check_fold(lambda x: REDUCE[name](x, axis=axis), x, jax_ulps=ulps)
 
 
-SHAPE = {
+SHAPE = {  # on arrays of rank >= 1 with every dim >= 2
     "reshape": lambda x: x.reshape(-1),
     "transpose": lambda x: x.T,
     "broadcast": lambda x: jnp.broadcast_to(x, (2,) + x.shape),
-    "rev": lambda x: x[::-1] if x.ndim else x,
-    "concatenate": lambda x: jnp.concatenate([x, x * 2], axis=0) if x.ndim else x,
-    "slice": lambda x: x[..., 1::2] if x.ndim else x,
+    "rev": lambda x: x[::-1],
+    "concatenate": lambda x: jnp.concatenate([x, x * 2], axis=0),
+    "slice": lambda x: x[..., 1::2],
     "pad": lambda x: jax.lax.pad(x, F32(-3), [(1, -1, 1)] * x.ndim),
-    "cumsum": lambda x: jnp.cumsum(x, axis=-1) if x.ndim else x,
-    "cumsum_rev": lambda x: jax.lax.cumsum(x, axis=0, reverse=True) if x.ndim else x,
-    "gather": lambda x: x[jnp.array([0, 0])] if x.ndim else x,
-    "scatter_add": lambda x: x.at[jnp.array([0, 0])].add(1.5) if x.ndim else x,
-    "dynamic_slice": lambda x: jax.lax.dynamic_slice_in_dim(x, 1, 1, 0) if x.ndim and x.shape[0] > 1 else x,
-    "dynamic_update": lambda x: jax.lax.dynamic_update_index_in_dim(x, x[0] * 0 + 5, 0, 0) if x.ndim else x,
+    "cumsum": lambda x: jnp.cumsum(x, axis=-1),
+    "cumsum_rev": lambda x: jax.lax.cumsum(x, axis=0, reverse=True),
+    "gather": lambda x: x[jnp.array([0, 0])],
+    "scatter_add": lambda x: x.at[jnp.array([0, 0])].add(1.5),
+    "scatter_max": lambda x: x.at[jnp.array([0, 0])].max(x[-1]),
+    "scatter_set": lambda x: x.at[jnp.array([1, 0])].set(x[0] * 3),
+    "dynamic_slice": lambda x: jax.lax.dynamic_slice_in_dim(x, 1, 1, 0),
+    "dynamic_update": lambda x: jax.lax.dynamic_update_index_in_dim(x, x[0] * 0 + 5, 0, 0),
 }
 
 
-@FEW
-@given(st.sampled_from(sorted(SHAPE)), _shapes().flatmap(_floats))
+@pytest.mark.parametrize("name", sorted(SHAPE))
+@PER_OP
+@given(hnp.array_shapes(min_dims=1, max_dims=3, min_side=2, max_side=4).flatmap(_floats))
 def test_shape_and_indexing_ops_fold_bit_exactly(name, x):
     check_fold(SHAPE[name], x, jax_ulps=2 if "cumsum" in name else None)
 
