@@ -39,9 +39,13 @@ def _shapes(min_dims=0, max_dims=3):
 
 
 def _same(got, want, ulps=0):
+    """Equal values (NaNs equal); within ``ulps`` units in the last place, or with
+    ``ulps="sum"`` to fp32 tolerance (a sum's order is the kernel's choice)."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype, (got, want)
-    if ulps and got.dtype.kind == "f":
+    if ulps == "sum":
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    elif ulps and got.dtype.kind == "f":
         np.testing.assert_array_max_ulp(got, want, maxulp=ulps)
     else:
         np.testing.assert_array_equal(got, want)
@@ -198,7 +202,8 @@ def test_shape_and_indexing_ops_fold_bit_exactly(name, x):
 def test_dot_general_folds(m, k, n, b, data):
     x = data.draw(_floats((b, m, k)))
     y = data.draw(_floats((b, k, n)))
-    check_fold(lambda x, y: jnp.einsum("bmk,bkn->bnm", x, y), x, y, jax_ulps=4)
+    # numpy's matmul kernels pick their own summation order (BLAS for some layouts)
+    check_fold(lambda x, y: jnp.einsum("bmk,bkn->bnm", x, y), x, y, ulps="sum")
 
 
 def test_fp16_programs_fold_in_fp16():
