@@ -21,6 +21,7 @@ from .runtime import make_backend, resolve_backend
 from .transforms.recognize_norms import recognize_norms
 from .transforms.regions import all_regions, inline_custom_calls
 from .coreml.mil_cse import mil_cse
+from .transforms.fold import fold_constants
 from .transforms.simplify import simplify
 from .frontend.rules.random import reject_prng_key
 
@@ -192,6 +193,7 @@ class Lowered:
     @_without_gc
     def compile(self) -> Compiled:
         tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
+        fold_constants(self.graph, self.precision)  # the last RLX pass, regions included
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
                                        states=self.states)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)

@@ -3,6 +3,10 @@
 Ops are kept as plain Python records while lowering (so a var can be renamed to a graph
 output's name once the lowering knows it) and turned into ``MIL_pb2.Operation`` at the end.
 Constants with ten or more elements go to the weight blob, as coremltools does.
+
+The builder does not evaluate ops: constant folding happens before lowering, on the RLX
+graph (transforms/fold), with the RLX ops' own semantics rather than the reference
+interpreter's (the interpreter is the oracle that checks this lowering).
 """
 from __future__ import annotations
 
@@ -15,13 +19,11 @@ from coremltools.proto import MIL_pb2
 from ..ir import DType, TensorType
 from ..ir.types import Typed
 from .ct_private import blob_file_value, scalar_value, tensor_value, tensor_value_type
-from ..runtime.reference.ops import OPS as REFERENCE_OPS
-from ..runtime.reference.ops import TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
 
 BLOB_MIN_ELEMENTS = 10
-# Folding an op whose inputs are all constants may replace it by a constant this large
-# even when that is larger than its inputs (a tiled scalar, say); beyond it the op stays.
-FOLD_MAX_GROWTH = 256
+# A filled tensor up to this size is a constant; a larger one a ``fill`` op, so that the
+# weights do not grow with it (transforms/fold.FOLD_MAX_GROWTH is the same policy).
+FILL_CONST_MAX = 256
 WEIGHT_FILE = "weight.bin"
 
 _PROTO_DTYPE = {
@@ -90,7 +92,7 @@ class MilBuilder:
         self._const_cache: Dict[tuple, Var] = {}
         self._blob_writer_factory = blob_writer_factory
         self._blob = None
-        self._known: Dict[int, object] = {}  # id(Var) -> value, for constants and folds
+        self._known: Dict[int, object] = {}  # id(Var) -> value of a constant
         self._root = self.ops       # constants always go here: visible in every block
         self._blocks: List[Block] = []  # open nested blocks, innermost last
 
@@ -137,6 +139,14 @@ class MilBuilder:
         self._known[id(var)] = str(arr) if arr.dtype.kind == "U" else arr
         return var
 
+    def full(self, t: TensorType, value) -> Var:
+        """A tensor of type ``t`` filled with ``value``: a constant when small (or bool:
+        MIL's fill takes numbers only), else a ``fill`` op."""
+        if t.dtype == DType.bool or t.size <= FILL_CONST_MAX:
+            return self.const(np.full(tuple(t.shape), value, t.dtype.np))
+        return self.op("fill", t, shape=np.asarray(t.shape, np.int32),
+                       value=np.asarray(value, t.dtype.np))
+
     def _const_value(self, arr: np.ndarray, t: TensorType) -> MIL_pb2.Value:
         if arr.size >= BLOB_MIN_ELEMENTS and t.dtype != DType.bool:
             offset = self._write_blob(arr)
@@ -177,20 +187,13 @@ class MilBuilder:
             return self.const(np.bool_(v))
         return self.const(v)
 
-    def op(self, type: str, out_types: Union[TensorType, Sequence[TensorType]], *,
-           fold: bool = True, **inputs: Operand):
-        """Append a MIL op (or, with ``fold``, a constant when every input is known)."""
+    def op(self, type: str, out_types: Union[TensorType, Sequence[TensorType]],
+           **inputs: Operand):
+        """Append a MIL op; ``inputs`` are vars or values (which become constants)."""
         single = isinstance(out_types, TensorType)
         types = [out_types] if single else list(out_types)
         ins = {k: self._operand(v) for k, v in inputs.items() if v is not None}
-        values = self._fold(type, ins, types) if fold else None
-        if values is not None and all(
-                v.size <= max(FOLD_MAX_GROWTH, self._largest_input(ins)) for v in values):
-            outs = [self.const(v) for v in values]
-            return outs[0] if single else tuple(outs)
         outs = [Var(self.fresh(type), t, None) for t in types]
-        if values is not None:  # kept as an op, but its value is known for later folds
-            self._known.update((id(o), v) for o, v in zip(outs, values))
         op = _Op(type, ins, outs, {})
         for o in outs:
             o.producer = op
@@ -198,7 +201,7 @@ class MilBuilder:
         return outs[0] if single else tuple(outs)
 
     def known(self, var: Var):
-        """The value of ``var`` if it is a constant or folded, else None."""
+        """The value of ``var`` if it is a constant, else None."""
         return self._known.get(id(var))
 
     # -- nested blocks ---------------------------------------------------------------
@@ -219,7 +222,7 @@ class MilBuilder:
         seen: set = set()
         for v in outputs:
             if id(v) not in own or id(v) in seen:
-                v = self.op("identity", v.type, fold=False, x=v)
+                v = self.op("identity", v.type, x=v)
             seen.add(id(v))
             blk.outputs.append(v)
         self._blocks.pop()
@@ -236,36 +239,6 @@ class MilBuilder:
             o.producer = op
         self.ops.append(op)
         return tuple(outs)
-
-    # -- constant folding ------------------------------------------------------------
-    def _fold(self, type: str, ins, types) -> Optional[List[np.ndarray]]:
-        """Values of an op whose inputs are all known, computed with the reference
-        interpreter's implementation of the op (whose semantics are cross-checked against
-        coremltools'). Folding matters beyond size: coremltools' loader evaluates
-        all-constant ops itself and some of its evaluators fail (reduce_mean with a
-        keep_dims constant under numpy 2), so no such op is left in a program."""
-        fn = REFERENCE_OPS.get(type)
-        if fn is None or not ins or type in WANTS_OUTPUT_DTYPES:
-            return None
-        vals = {}
-        for k, v in ins.items():
-            vs = v if isinstance(v, list) else [v]
-            if any(id(x) not in self._known for x in vs):
-                return None
-            known = [self._known[id(x)] for x in vs]
-            vals[k] = known if (isinstance(v, list) or k in TUPLE_INPUTS.get(type, ())) \
-                else known[0]
-        outs = [np.asarray(o) for o in fn(vals)]
-        for o, t in zip(outs, types):
-            if o.shape != tuple(t.shape) or o.dtype != t.dtype.np:
-                raise TypeError(f"internal: folding {type} gave {o.dtype}{list(o.shape)}, "
-                                f"the lowering declared {t}")
-        return outs
-
-    def _largest_input(self, ins) -> int:
-        sizes = [np.size(self._known[id(x)]) for v in ins.values()
-                 for x in (v if isinstance(v, list) else [v])]
-        return max(sizes, default=0)
 
     # -- serialisation -------------------------------------------------------------
     def to_proto(self) -> List[MIL_pb2.Operation]:

@@ -210,6 +210,9 @@ def _to_io(ctx, var: Var, mil_name: str, renamed: set) -> Var:
     """A graph output value -> a block output named ``mil_name`` that Core ML can return."""
     b = ctx.b
     io_dtype = _io_dtype(var.dtype)
+    known = b.known(var)
+    if known is not None:  # a constant output: converted here, not by ops on a constant
+        var = b.const(np.asarray(known, io_dtype.np).reshape(var.shape or (1,)))
     if var.dtype != io_dtype:
         var = b.op("cast", TensorType(var.shape, io_dtype), x=var, dtype=cast_name(io_dtype))
     if var.type.rank == 0:
@@ -219,7 +222,7 @@ def _to_io(ctx, var: Var, mil_name: str, renamed: set) -> Var:
     # identity op carrying the output name instead.
     own = var.producer is not None and var.producer.type != "const" and id(var) not in renamed
     if not own:
-        var = b.op("identity", var.type, fold=False, x=var)
+        var = b.op("identity", var.type, x=var)
     b.rename(var, mil_name)
     renamed.add(id(var))
     return var

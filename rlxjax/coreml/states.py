@@ -47,7 +47,7 @@ def state_input(ctx, name: str, mil_name: str, t: TensorType):
     vt = MIL_pb2.ValueType()
     vt.stateType.wrappedType.CopyFrom(value_type(t))
     nvt = MIL_pb2.NamedValueType(name=mil_name, type=vt)
-    read = ctx.b.op("read_state", t, fold=False, input=var)
+    read = ctx.b.op("read_state", t, input=var)
     return nvt, StateSpec(name, mil_name, tuple(t.shape)), var, read
 
 

@@ -25,6 +25,9 @@ def reshape(b, x, shape):
     shape = tuple(shape)
     if tuple(x.shape) == shape:
         return x
+    known = b.known(x)
+    if known is not None:  # a constant stays one (folding ran before lowering)
+        return b.const(np.reshape(known, shape))
     return b.op("reshape", TensorType(shape, x.dtype), x=x, shape=np.asarray(shape, np.int32))
 
 
@@ -33,6 +36,9 @@ def transpose(b, x, perm):
     perm = tuple(perm)
     if perm == tuple(range(len(perm))):
         return x
+    known = b.known(x)
+    if known is not None:
+        return b.const(np.ascontiguousarray(np.transpose(known, perm)))
     return b.op("transpose", TensorType(tuple(x.shape[i] for i in perm), x.dtype), x=x,
                 perm=np.asarray(perm, np.int32))
 

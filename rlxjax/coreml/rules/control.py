@@ -99,10 +99,7 @@ def _scan(ctx, node, *args):
 
 
 def _zeros(b, t: TensorType):
-    fill_t = t.with_dtype(DType.i32) if t.dtype == DType.bool else t
-    z = b.op("fill", fill_t, shape=np.asarray(t.shape, np.int32),
-             value=np.zeros((), fill_t.dtype.np))
-    return restore_bool(b, z, t.dtype)
+    return b.full(t, 0)
 
 
 def _begin(b, t, rank):

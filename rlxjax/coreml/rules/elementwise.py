@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, TensorType, broadcast_shapes
-from ..builder import cast_name
+from ..builder import FILL_CONST_MAX, cast_name
 from ..registry import lowering
 from .common import reshape, scalar_like
 
@@ -63,7 +63,11 @@ def select(b, t, cond, x, y):
         xv = b.const(x) if isinstance(x, np.ndarray) else x
         full = (1,) * (t.rank - xv.type.rank) + tuple(xv.shape)
         reps = [d // s for d, s in zip(t.shape, full)]
-        x = b.op("tile", t, x=reshape(b, xv, full), reps=np.asarray(reps, np.int32))
+        known = b.known(xv)
+        if known is not None and t.size <= max(FILL_CONST_MAX, known.size):
+            x = b.const(np.tile(np.reshape(known, full), reps))  # a small constant
+        else:
+            x = b.op("tile", t, x=reshape(b, xv, full), reps=np.asarray(reps, np.int32))
     return b.op("select", t, cond=cond, a=x, b=y)
 
 
@@ -239,8 +243,7 @@ def _integer_pow(ctx, node, x):
     y = node.params["y"]
     e = Ew(ctx.b)
     if y == 0:
-        return ctx.b.op("fill", ctx.out_type(node), shape=np.asarray(x.shape, np.int32),
-                        value=scalar_like(x, 1)) if x.shape else ctx.b.const(scalar_like(x, 1))
+        return ctx.b.full(ctx.out_type(node), 1)
     acc, base, n = None, x, abs(y)
     while n > 0:
         if n & 1:

@@ -44,6 +44,9 @@ def _cumsum(ctx, node, x):
 
 
 def _begin(b, starts):
+    known = [b.known(s) for s in starts]
+    if all(k is not None for k in known):  # constant start indices: a constant vector
+        return b.const(np.asarray([np.asarray(k).reshape(()) for k in known], np.int32))
     parts = [reshape(b, s, (1,)) for s in starts]
     if len(parts) == 1:
         return parts[0]
@@ -69,7 +72,11 @@ def _dynamic_update_slice(ctx, node, x, upd, *starts):
     rank = len(shape)
     grid = np.stack(np.meshgrid(*[np.arange(d, dtype=np.int32) for d in shape],
                                 indexing="ij"), axis=-1).reshape(shape + (rank,))
-    idx = b.op("add", TensorType(shape + (rank,), DType.i32), x=grid, y=_begin(b, starts))
+    begin = _begin(b, starts)
+    if b.known(begin) is not None:
+        idx = b.const(grid + b.known(begin))
+    else:
+        idx = b.op("add", TensorType(shape + (rank,), DType.i32), x=grid, y=begin)
     xi, ui = bool_as_int32(b, x), bool_as_int32(b, upd)
     y = b.op("scatter_nd", t.with_dtype(xi.dtype), data=xi, indices=idx, updates=ui,
              mode="update")

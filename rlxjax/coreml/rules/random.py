@@ -2,8 +2,9 @@
 
 ``bernoulli`` -> MIL ``random_bernoulli`` (iOS15+): ``shape`` (i32 vector), ``prob`` (const,
 its dtype fp16/fp32 is the output's) and ``seed`` (const i32; -1 = Core ML picks a fresh
-seed). The op is emitted with ``fold=False``: all its inputs are constants, but its value
-is not a function of them, so the builder must not replace it by a constant.
+seed). All its inputs are constants, but its value is not a function of them: the RLX op
+is random and has no fold implementation, so constant folding (transforms/fold)
+never touches it.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..registry import lowering
 def _bernoulli(ctx, node):
     t = ctx.out_type(node)
     p = node.params
-    return ctx.b.op("random_bernoulli", t, fold=False,
+    return ctx.b.op("random_bernoulli", t,
                     shape=np.asarray(p["shape"], dtype=np.int32),
                     prob=np.asarray(p["prob"], dtype=t.dtype.np),
                     seed=np.int32(p["seed"]))
