@@ -2,7 +2,8 @@
 "reference-fast") gives bit-identical results to its general path, the oracle
 (``ReferenceProgram``), on a corpus of programs: the training workloads of tests/models.py,
 gradient programs, io- and mlstate-mode training steps (states included), control flow,
-indexing ops, NaN / inf / -0.0 inputs, fp16, a flexible-shape program and runtime errors.
+indexing ops, NaN / inf / -0.0 inputs, fp16, a flexible-shape program, runtime errors and
+random programs from the fuzzer's generator (forward and gradient).
 
 Each program runs three times on both paths: the first run checks every op's outputs (the
 interpreter loop), later runs take the accelerated path's generated straight-line code.
@@ -17,10 +18,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 import rlxjax
 from rlxjax.runtime.reference import AcceleratedProgram, ReferenceProgram, ReferenceRuntimeError
 
+from fuzz_interp import make_inputs, run
+from fuzz_programs import programs
 from helpers import assert_tree_close
 from models import cross_entropy, workloads
 
@@ -292,3 +296,26 @@ def test_runtime_errors_are_the_same():
         else:
             assert_identical(errors[1], errors[0])
     assert fast._straight
+
+
+# -- random programs (the fuzzer's generator) ------------------------------------------------------
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(programs())
+def test_random_programs_and_their_gradients(case):
+    prog = case[0]
+    args = make_inputs(prog)
+    try:
+        c = rlxjax.coreml_jit(lambda *a: run(prog, a), backend="reference").lower(*args).compile()
+        same_on_both_paths(c, *args)
+        floats = tuple(k for k, (_, kind) in enumerate(prog.inputs) if kind == "f")
+        if floats:
+            def loss(*a):
+                return sum(jnp.sum(o) for o in run(prog, a)
+                           if jnp.issubdtype(o.dtype, jnp.floating)) + jnp.float32(0)
+
+            c = rlxjax.coreml_grad(loss, argnums=floats, backend="reference").lower(
+                *args).compile()
+            same_on_both_paths(c, *args)
+    finally:
+        jax.clear_caches()  # every example jits fresh closures (see tests/test_fuzz.py)
