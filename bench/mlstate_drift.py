@@ -3,7 +3,8 @@ over 500 steps, for a flax MLP + adam and a transformer block + adamw with clipp
 schedule. Every 100 steps it prints the max relative parameter error (per leaf
 max|got - want| / max|want|, the largest over leaves) and |loss - loss_jax|, for:
 
-* ``mlstate``: rlxjax's mlstate program on the reference backend (state stored exactly in
+* ``mlstate``: rlxjax's mlstate program on the reference backend's accelerated path
+  (``backend="reference-fast"``, bit-identical to the oracle; state stored exactly in
   three fp16 states per fp32 value, rlxjax/mlstate.py),
 * ``io``: rlxjax's io-mode program (fp32 inputs/outputs) - the floor set by computing the
   same maths in a different fp32 order,
@@ -73,7 +74,7 @@ def jax_run(loss, opt, params, batch, steps, every, roundtrip=False):
 
 
 def rlx_run(mode, loss, opt, params, batch, steps, every):
-    step = rlxjax.coreml_train_step(loss, opt, state=mode, backend="reference")
+    step = rlxjax.coreml_train_step(loss, opt, state=mode, backend="reference-fast")
     st = step.init(params)
     losses, snaps, times = [], {}, []
     for i in range(1, steps + 1):

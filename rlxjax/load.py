@@ -22,7 +22,7 @@ from .api import _canonical
 from .coreml.lower import IOSpec
 from .coreml.package import MLPACKAGE_SUFFIX, PackageError
 from .errors import ArgumentError, RlxError
-from .runtime import resolve_backend
+from .runtime import REFERENCE_BACKENDS, resolve_backend
 
 _MANIFEST = "Manifest.json"
 _MAX_MANIFEST_BYTES = 1 << 20
@@ -137,11 +137,12 @@ class LoadedModel:
             self.input_names = tuple(s.mil_name for s in self.input_specs)
             self.output_names = tuple(s.mil_name for s in self.output_specs)
         self.backend = resolve_backend(backend)
-        if self.backend == "reference":
-            from .runtime.reference import ReferenceProgram
+        if self.backend in REFERENCE_BACKENDS:
+            from .runtime.backends import reference_program
 
             try:
-                self._program = ReferenceProgram(model, weights_dir)
+                self._program = reference_program(
+                    model, weights_dir, accelerated=self.backend == "reference-fast")
             except RlxError:
                 raise
             except Exception as e:  # noqa: BLE001 - a malformed program, never a crash
@@ -193,7 +194,7 @@ class LoadedModel:
         from ``TrainStep.export_state`` files before the first call."""
         if not self.state_names:
             raise ArgumentError(f"{self.path} has no Core ML states")
-        if self.backend == "reference":
+        if self.backend in REFERENCE_BACKENDS:
             return self._program.make_state()
         return self._mlmodel.make_state()  # pragma: no cover - macOS only
 

@@ -21,7 +21,8 @@ def pytest_configure(config):
 def pytest_report_header(config):
     from helpers import TEST_BACKEND
 
-    return f"rlxjax test backend: {TEST_BACKEND} (set RLXJAX_TEST_BACKEND=coreml on macOS)"
+    return (f"rlxjax test backend: {TEST_BACKEND} (RLXJAX_TEST_BACKEND=reference-fast: the "
+            "reference interpreter's accelerated path; =coreml on macOS: Core ML)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -38,16 +39,25 @@ def _programs_run_on_test_backend(request, monkeypatch):
     """With RLXJAX_TEST_BACKEND=coreml, every program the tests run on the reference backend
     (``backend="reference"``, as the tests spell it) runs on Core ML instead, so that the
     same comparisons with JAX check Core ML's real runtime. Tests about the reference
-    interpreter itself opt out with ``@pytest.mark.reference_backend``. With the default
+    interpreter itself opt out with ``@pytest.mark.reference_backend``.
+    With RLXJAX_TEST_BACKEND=reference-fast, every reference program the library makes
+    (``backend="reference"`` and ``rlxjax.load``) runs on the interpreter's accelerated path
+    (tests constructing ``ReferenceProgram`` themselves keep it). With the default
     (reference) nothing changes."""
     from helpers import TEST_BACKEND
-
-    if TEST_BACKEND != "coreml" or "reference_backend" in request.keywords:
-        return
     from rlxjax.runtime import backends
 
+    if TEST_BACKEND == "reference-fast":
+        oracle = backends.reference_program
+        monkeypatch.setattr(backends, "reference_program",
+                            lambda model, weights_dir, accelerated=False:
+                            oracle(model, weights_dir, accelerated=True))
+        return
+    if TEST_BACKEND != "coreml" or "reference_backend" in request.keywords:
+        return
     test_backend = _core_ml_test_backend(backends.CoreMLBackend)
     monkeypatch.setattr(backends, "ReferenceBackend", test_backend)
+    monkeypatch.setattr(backends, "AcceleratedReferenceBackend", test_backend)
     monkeypatch.setattr(backends, "CoreMLBackend", test_backend)  # backend="coreml" too
 
 

@@ -1,9 +1,10 @@
 """Shared test oracle: compile with rlxjax, validate with coremltools' loader, run on the
 test backend, and compare with jax.jit of the same function.
 
-The test backend is the reference backend (the numpy MIL interpreter) unless
-``RLXJAX_TEST_BACKEND=coreml`` (macOS only): then programs run on Core ML's own runtime,
-including those the tests request with ``backend="reference"`` (see conftest.py)."""
+The test backend is the reference backend (the numpy MIL interpreter's general path, the
+oracle) unless ``RLXJAX_TEST_BACKEND`` says otherwise: ``coreml`` (macOS only) runs programs
+on Core ML's own runtime, ``reference-fast`` on the interpreter's accelerated path, including
+those the tests request with ``backend="reference"`` (see conftest.py)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ import numpy as np
 import rlxjax
 
 FP32_TOL = dict(rtol=1e-5, atol=1e-6)
-TEST_BACKENDS = ("reference", "coreml")
+TEST_BACKENDS = ("reference", "reference-fast", "coreml")
 TEST_BACKEND = os.environ.get("RLXJAX_TEST_BACKEND", "").strip() or "reference"
 
 

@@ -34,3 +34,20 @@ def test_reference_backend_marker_keeps_the_interpreter():
 def test_check_against_jax_uses_the_test_backend():
     compiled = check_against_jax(lambda x: jnp.sin(x) + 1, np.linspace(-3, 3, 7, dtype=np.float32))
     assert compiled.op_histogram()["sin"] == 1
+
+
+def test_reference_requests_run_on_the_chosen_reference_path():
+    """RLXJAX_TEST_BACKEND=reference-fast: what the library makes for backend="reference"
+    runs on the accelerated path; by default on the oracle; "reference-fast" always
+    accelerated."""
+    from rlxjax.runtime.reference import AcceleratedProgram, ReferenceProgram
+
+    if TEST_BACKEND == "coreml":  # pragma: no cover - macOS only
+        pytest.skip("programs run on Core ML")
+    spec = _program().spec
+    program = make_backend("reference", spec, None).program
+    if TEST_BACKEND == "reference-fast":
+        assert isinstance(program, AcceleratedProgram)
+    else:
+        assert type(program) is ReferenceProgram
+    assert isinstance(make_backend("reference-fast", spec, None).program, AcceleratedProgram)

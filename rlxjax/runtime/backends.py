@@ -1,5 +1,16 @@
 """Backends that run a compiled ML Program: Core ML itself (macOS) or the reference
-numpy interpreter of MIL (any OS)."""
+numpy interpreter of MIL (any OS).
+
+Backend names:
+
+* ``"reference"``: the reference interpreter's general path (``reference.ReferenceProgram``),
+  one function per MIL op; the oracle the tests compare with JAX, and the default off macOS.
+* ``"reference-fast"``: the same interpreter's accelerated path
+  (``reference.AcceleratedProgram``): prepared numpy calls and generated straight-line code,
+  bit-identical results (the test suite checks it), several times faster. An explicit option
+  for training loops that want speed; nothing selects it implicitly.
+* ``"coreml"``: Core ML's runtime (macOS only).
+"""
 from __future__ import annotations
 
 import platform
@@ -8,7 +19,8 @@ import tempfile
 
 from ..errors import BackendUnavailableError, RlxError
 
-BACKENDS = ("reference", "coreml")
+BACKENDS = ("reference", "reference-fast", "coreml")
+REFERENCE_BACKENDS = ("reference", "reference-fast")
 
 
 def is_macos() -> bool:
@@ -31,17 +43,28 @@ def resolve_backend(name: str | None) -> str:
     return name
 
 
-class ReferenceBackend:
-    def __init__(self, model, weights_dir):
-        from .reference import ReferenceProgram
+def reference_program(model, weights_dir, *, accelerated: bool = False):
+    """The reference interpreter loaded with ``model``: the oracle, or its accelerated path."""
+    from .reference import AcceleratedProgram, ReferenceProgram
 
-        self.program = ReferenceProgram(model, weights_dir)
+    return (AcceleratedProgram if accelerated else ReferenceProgram)(model, weights_dir)
+
+
+class ReferenceBackend:
+    accelerated = False
+
+    def __init__(self, model, weights_dir):
+        self.program = reference_program(model, weights_dir, accelerated=self.accelerated)
 
     def make_state(self):
         return self.program.make_state()
 
     def run(self, feeds, state=None):
         return self.program.run(feeds, state=state)
+
+
+class AcceleratedReferenceBackend(ReferenceBackend):
+    accelerated = True
 
 
 class CoreMLBackend:  # pragma: no cover - exercised only on macOS
@@ -68,4 +91,8 @@ class CoreMLBackend:  # pragma: no cover - exercised only on macOS
 
 def make_backend(name: str, model, weights_dir):
     name = resolve_backend(name)
-    return (ReferenceBackend if name == "reference" else CoreMLBackend)(model, weights_dir)
+    if name == "coreml":
+        return CoreMLBackend(model, weights_dir)
+    if name == "reference-fast":
+        return AcceleratedReferenceBackend(model, weights_dir)
+    return ReferenceBackend(model, weights_dir)

@@ -1,13 +1,13 @@
-"""Prepared fast paths for the reference interpreter's most frequent ops.
+"""Prepared numpy calls for the accelerated reference path's most frequent ops.
 
-``fast_step`` is called once per op when a program is loaded. Given the op's bindings and the
-declared signatures of its named inputs, it may return a ``FastCall``: a function of the
-op's input values that makes exactly the numpy calls the op's general implementation
-(``ops/``) would make for those input types, minus the per-call decoding and checks the
-signatures already settle (constant parameters converted once, dtype promotion decided
-once). The interpreter runs it through ``FastCall.runner()`` in its step loop, or inlines it
-into a generated straight-line function (``codegen.py``). Results are bit-identical to the
-general implementation's; tests/runtime/test_fast_paths.py runs both on the same inputs.
+``fast_call(op, signatures, constants)`` is called once per loaded op (``interpreter.Op``) by
+``AcceleratedProgram``. Given the declared signatures of the op's named inputs and the values
+of constant ones, it may return a ``FastCall``: a function of the op's input values that makes
+exactly the numpy calls the op's general implementation (``ops/``, through its public tables
+``ARITH`` / ``COMPARE`` / ``UNARY`` / ``REDUCE`` and helpers) would make for those input
+types, minus the per-call decoding and checks the signatures already settle (constant
+parameters converted once, dtype promotion decided once). Results are bit-identical to the
+general implementation's: tests/runtime/test_accelerated_equivalence.py runs both.
 
 The signatures come from the program's declarations (function inputs, consts, each op's
 declared outputs); the interpreter checks every op's outputs against its declaration on the
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ops import elementwise as _ew
-from .ops import reduction as _red
-from .ops._common import STR_TO_DTYPE, acc_dtype, out
+from .interpreter import CONST, NAME
+from .ops import elementwise, reduction
+from .ops import shape as shape_ops
+from .ops.common import STR_TO_DTYPE, acc_dtype, out, to_bool_list, to_int_list
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
 _NUMERIC = _FLOATS + (np.dtype(np.int32),)
@@ -53,7 +54,7 @@ def _const(args, key):
 
 
 def _binary(op, args, out_sigs):
-    fn = _ew._ARITH.get(op) or _ew._COMPARE.get(op)
+    fn = elementwise.ARITH.get(op) or elementwise.COMPARE.get(op)
     x, y = args.get("x"), args.get("y")
     if fn is None or x is None or y is None or len(args) != 2:
         return None
@@ -69,7 +70,7 @@ def _binary(op, args, out_sigs):
 
 
 def _unary(op, args, out_sigs):
-    entry = _ew._UNARY.get(op)
+    entry = elementwise.UNARY.get(op)
     x = args.get("x")
     if entry is None or x is None or x.name is None or len(args) != 1:
         return None
@@ -79,15 +80,13 @@ def _unary(op, args, out_sigs):
 
 
 def _reshape(op, args, out_sigs):
-    from .ops.shape import reshape
-
     x, to = args.get("x"), _const(args, "shape")
     if x is None or x.name is None or to is None or len(args) != 2:
         return None
     if x.shape is None or any(d is None for d in x.shape):
         return None
     try:  # the general implementation resolves 0 / -1 entries for this input shape
-        (probe,) = reshape({"x": np.empty(x.shape, np.int8), "shape": to})
+        (probe,) = shape_ops.reshape({"x": np.empty(x.shape, np.int8), "shape": to})
     except Exception:  # noqa: BLE001 - leave errors to the general path
         return None
     shape = probe.shape
@@ -131,7 +130,7 @@ def _matmul(op, args, out_sigs):
 
 
 def _reduce(op, args, out_sigs):
-    entry = _red._REDUCE.get(op)
+    entry = reduction.REDUCE.get(op)
     x = args.get("x")
     if entry is None or x is None or x.name is None or not set(args) <= {"x", "axes", "keep_dims"}:
         return None
@@ -180,8 +179,6 @@ class _IndexProbe:
 
 
 def _slice_by_index(op, args, out_sigs):
-    from .ops.shape import _slice_index, to_bool_list, to_int_list
-
     x = args.get("x")
     if x is None or x.name is None or x.rank is None or not x.rank:
         return None
@@ -198,7 +195,7 @@ def _slice_by_index(op, args, out_sigs):
     for k, conv in (("stride", to_int_list), ("begin_mask", to_bool_list),
                     ("end_mask", to_bool_list), ("squeeze_mask", to_bool_list)):
         opt[k] = conv(args[k].value) if k in args else None
-    index = _slice_index(_IndexProbe(x.rank), begin, end, **opt)
+    index = shape_ops.slice_index(_IndexProbe(x.rank), begin, end, **opt)
     squeeze = tuple(i for i, m in enumerate(opt["squeeze_mask"] or []) if m)
     if squeeze:
         return (lambda v: np.asarray(np.squeeze(v[index], axis=squeeze))), (x,)
@@ -206,8 +203,6 @@ def _slice_by_index(op, args, out_sigs):
 
 
 def _pad(op, args, out_sigs):
-    from .ops.shape import to_int_list
-
     x, pads = args.get("x"), _const(args, "pad")
     if x is None or x.name is None or pads is None or x.shape is None or None in x.shape:
         return None
@@ -236,13 +231,13 @@ def _pad(op, args, out_sigs):
     return run, (x,)
 
 
-_BUILDERS = {"reshape": _reshape, "slice_by_index": _slice_by_index, "pad": _pad, "transpose": _transpose, "matmul": _matmul, "cast": _cast,
-             "select": _select}
-for _n in list(_ew._ARITH) + list(_ew._COMPARE):
+_BUILDERS = {"reshape": _reshape, "slice_by_index": _slice_by_index, "pad": _pad,
+             "transpose": _transpose, "matmul": _matmul, "cast": _cast, "select": _select}
+for _n in list(elementwise.ARITH) + list(elementwise.COMPARE):
     _BUILDERS[_n] = _binary
-for _n in _ew._UNARY:
+for _n in elementwise.UNARY:
     _BUILDERS[_n] = _unary
-for _n in _red._REDUCE:
+for _n in reduction.REDUCE:
     _BUILDERS[_n] = _reduce
 
 
@@ -273,23 +268,23 @@ class FastCall:
         return lambda env: (fn(*[c if n is None else env[n] for n, c in pairs]),)
 
 
-def fast_step(op_type, inputs, sigs, out_sigs, consts):
-    """``inputs``: the prepared bindings ((param, kind, payload) with kind 0 = name, 1 =
-    constant, 2 = list); ``sigs``: name -> declared (dtype, shape); ``consts``: name -> value
-    of const ops. Returns a FastCall, or None (use the general implementation)."""
-    build = _BUILDERS.get(op_type)
-    if build is None or len(out_sigs) != 1 or out_sigs[0] is None:
+def fast_call(op, signatures, constants):
+    """``op``: a loaded ``interpreter.Op``; ``signatures``: value name -> declared (dtype,
+    shape); ``constants``: name -> value of const ops. Returns a FastCall, or None (use the
+    general implementation)."""
+    build = _BUILDERS.get(op.type)
+    if build is None or op.blocks or len(op.out_sigs) != 1 or op.out_sigs[0] is None:
         return None
     args = {}
-    for param, kind, payload in inputs:
-        if kind == 0:
-            if payload in consts:
-                args[param] = _Arg(value=consts[payload])
+    for param, kind, payload in op.inputs:
+        if kind == NAME:
+            if payload in constants:
+                args[param] = _Arg(value=constants[payload])
             else:
-                args[param] = _Arg(name=payload, sig=sigs.get(payload))
-        elif kind == 1:
+                args[param] = _Arg(name=payload, sig=signatures.get(payload))
+        elif kind == CONST:
             args[param] = _Arg(value=payload)
         else:
             return None
-    spec = build(op_type, args, out_sigs)
+    spec = build(op.type, args, op.out_sigs)
     return None if spec is None else FastCall(*spec)

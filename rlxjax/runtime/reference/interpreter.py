@@ -1,18 +1,22 @@
-"""A numpy interpreter of the ML Program inside a Core ML ``Model`` protobuf.
+"""The reference interpreter: a numpy interpreter of the ML Program inside a Core ML ``Model``
+protobuf, and the oracle the test suite checks rlxjax's programs with.
 
 The program is read straight from ``coremltools.proto.MIL_pb2`` (not through coremltools' MIL
-builder) so this backend is an independent check on what rlxjax emits.  All protobuf work -
-decoding consts and immediate values, reading weight blobs, resolving op implementations - is
-done once in ``__init__``; ``run`` walks a flat list of prepared steps.
+builder), so this backend is an independent check on what rlxjax emits. It stays plain:
 
-Each step is prepared into one callable ``step.run(env) -> outputs``: a fast path from
-``fast.py`` where the op and its declared input types allow one (the same numpy calls as the
-general implementation, decided once), else a closure that builds the op's input dict and calls
-the general implementation; an op with nested blocks (cond, while_loop) is a single step whose
-function runs its prepared sub-blocks. Each step's outputs are checked against the program's
-declared types on that step's first execution (the checked feeds and consts fix every later
-value's dtype and shape). Once all are checked, a program without nested blocks runs as one
-generated straight-line function (``codegen.py``) making the same calls.
+* ``__init__`` decodes the function once (``_load_block``, the one walk over the protobuf's
+  operations): the signatures of its inputs and states, every const op's value, and per op
+  an ``Op`` - its implementation (``ops.OPS``: one function per MIL op; a method here for
+  ops with nested blocks), its input bindings and its declared output types.
+* ``run`` walks the ops in order (``_run_block``): per op it builds the input dict from the
+  environment (value name -> value), calls the implementation and checks the outputs against
+  the program's declarations. With fixed input shapes the checked feeds and consts fix every
+  later value's dtype and shape, so each op is checked on its first execution; with unknown
+  input dims, on every execution.
+
+Speed is not this module's business: ``accelerated.py`` (backend ``"reference-fast"``) runs the
+same loaded program through prepared numpy calls and generated straight-line code, and the
+test suite requires bit-identical results from both (tests/runtime/test_accelerated_equivalence.py).
 """
 from __future__ import annotations
 
@@ -20,8 +24,6 @@ import numpy as np
 
 from rlxjax.errors import RlxError
 
-from .codegen import straight_line
-from .fast import fast_step
 from .ops import OPS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
 from .values import BlobFiles, ValueDecodeError, decode_value, tensor_signature
 
@@ -30,11 +32,12 @@ class ReferenceRuntimeError(RlxError, RuntimeError):
     """The reference backend could not load or execute a program (message names op and output)."""
 
 
-# Ops with nested blocks: the ReferenceProgram method that runs them.
-_CONTROL = {"cond": "_cond", "while_loop": "_while_loop"}
+#: How an op input is bound: ``(param, NAME, value name)``, ``(param, CONST, value)`` or, for
+#: tuple inputs and multi-binding arguments, ``(param, LIST, ((NAME | CONST, payload), ...))``.
+NAME, CONST, LIST = 0, 1, 2
 
-# Binding kinds of a prepared op input.
-_NAME, _CONST, _LIST = 0, 1, 2
+#: Ops with nested blocks -> (number of blocks, the ReferenceProgram method that runs them).
+CONTROL_OPS = {"cond": (2, "_cond"), "while_loop": (2, "_while_loop")}
 
 
 def _fmt_shape(shape):
@@ -50,55 +53,41 @@ def _shape_ok(shape, expected) -> bool:
         e is None or e == s for s, e in zip(shape, expected))
 
 
-class _Step:
-    __slots__ = ("fn", "op_type", "inputs", "outputs", "out_sigs", "extra", "blocks", "run",
-                 "call", "unchecked")
+class Op:
+    """One decoded MIL operation (not a const: consts are values of the program)."""
 
-    def __init__(self, fn, op_type, inputs, outputs, out_sigs, extra, blocks=None):
-        self.fn = fn
-        self.op_type = op_type
-        self.inputs = inputs  # tuple of (param, kind, payload)
+    __slots__ = ("type", "impl", "inputs", "outputs", "out_sigs", "extra", "blocks",
+                 "unchecked")
+
+    def __init__(self, type_, impl, inputs, outputs, out_sigs, extra, blocks):
+        self.type = type_
+        self.impl = impl  # ops.OPS entry, or for control flow the name of a program method
+        self.inputs = inputs  # tuple of bindings, see NAME / CONST / LIST
         self.outputs = outputs  # tuple of output names
-        self.out_sigs = out_sigs  # tuple of (dtype, shape) or None (non-tensor output)
-        self.extra = extra  # dict merged into the op's inputs (e.g. declared output dtypes)
-        self.blocks = blocks  # control flow: tuple of _Block; fn is then a method of
-        # ReferenceProgram taking (step, inputs, env)
-        self.run = None  # env -> tuple of outputs (set by ReferenceProgram._prepare_op)
-        self.call = None  # fast.FastCall where the op has a fast path
+        self.out_sigs = out_sigs  # per output: declared (dtype, shape), None if not a tensor
+        self.extra = extra  # dict merged into the op's inputs (declared output dtypes)
+        self.blocks = blocks  # nested Blocks (cond, while_loop), else None
         self.unchecked = True  # outputs not yet checked against out_sigs
 
     def where(self) -> str:
-        return f"op '{self.op_type}' (output '{self.outputs[0] if self.outputs else '?'}')"
+        return f"op '{self.type}' (output '{self.outputs[0] if self.outputs else '?'}')"
 
 
-def _general(step):
-    """run(env) for a step without a fast path: the op's input dict, then its implementation."""
-    fn, extra, blocks = step.fn, step.extra, step.blocks
-    names = tuple((p, payload) for p, kind, payload in step.inputs if kind == _NAME)
-    base = dict(extra)
-    base.update((p, payload) for p, kind, payload in step.inputs if kind == _CONST)
-    lists = tuple((p, payload) for p, kind, payload in step.inputs if kind == _LIST)
+class Block:
+    """A decoded block: input names (bound per execution), ops, output names."""
 
-    def run(env):
-        kwargs = base.copy()
-        for p, n in names:
-            kwargs[p] = env[n]
-        for p, payload in lists:
-            kwargs[p] = [env[q] if k == _NAME else q for k, q in payload]
-        return fn(kwargs) if blocks is None else fn(step, kwargs, env)
+    __slots__ = ("inputs", "ops", "outputs")
 
-    return run
+    def __init__(self, inputs, ops, outputs):
+        self.inputs, self.ops, self.outputs = inputs, ops, outputs
 
 
-class _Block:
-    """A prepared nested block: input names (bound per execution), steps, output names."""
-
-    __slots__ = ("inputs", "steps", "outputs")
-
-    def __init__(self, inputs, steps, outputs):
-        self.inputs = inputs
-        self.steps = steps
-        self.outputs = outputs
+def walk_ops(block: Block):
+    """Every Op of a decoded block, those in nested blocks too (each before its blocks)."""
+    for op in block.ops:
+        yield op
+        for sub in op.blocks or ():
+            yield from walk_ops(sub)
 
 
 class ReferenceProgram:
@@ -117,11 +106,8 @@ class ReferenceProgram:
             raise ReferenceRuntimeError(
                 f"function '{function}' has no block for its opset '{fn.opset}' "
                 f"(has {sorted(fn.block_specializations)})")
-        block = fn.block_specializations[fn.opset]
         self.function = function
         self.opset = fn.opset
-        self._blobs = BlobFiles(weights_dir)
-
         self.input_signatures = {}
         self.state_signatures = {}  # Core ML states (iOS18): bound by run(..., state=)
         for nvt in fn.inputs:
@@ -133,32 +119,38 @@ class ReferenceProgram:
                     self.input_signatures[nvt.name] = tensor_signature(nvt.type)
             except ValueDecodeError as e:
                 raise ReferenceRuntimeError(f"function input '{nvt.name}': {e}") from None
-
         # With fixed input shapes every value's type is fixed: outputs are checked on each
-        # step's first execution only. Inputs with unknown dims: checked on every execution.
-        self._check_always = any(shape is None or None in shape
-                                 for _, shape in self.input_signatures.values())
-        self._program = None  # generated on the first run after every step was checked
-        self._consts = {}
-        self._sigs = {**self.input_signatures, **self.state_signatures}  # name -> (dtype, shape)
-        self._steps = []
-        known = set(self._sigs)
-        for op in block.operations:
-            self._prepare_op(op, known)
-        missing = [n for n in block.outputs if n not in known]
-        if missing:
-            raise ReferenceRuntimeError(f"block outputs {missing} are never produced")
-        self.output_names = tuple(block.outputs)
-        self._steps = tuple(self._steps)
-        self._blobs = None  # every blob has been read; drop the file handles
-        self._sigs = None
+        # op's first execution only. Inputs with unknown dims: checked on every execution.
+        self.check_always = any(shape is None or None in shape
+                                for _, shape in self.input_signatures.values())
+        #: name -> value of every const op (bound before each run; never written)
+        self.constants = {}
+        #: name -> declared (dtype, shape) of every tensor value: inputs, states, op outputs
+        self.signatures = {**self.input_signatures, **self.state_signatures}
+        blobs = BlobFiles(weights_dir)  # every blob is read while loading
+        block = fn.block_specializations[fn.opset]
+        self.body = self._load_block(block, set(self.signatures), blobs, "block")
+        self.output_names = self.body.outputs
 
     # -- loading -------------------------------------------------------------------------------
 
-    def _prepare_op(self, op, known):
+    def _load_block(self, block, known, blobs, where) -> Block:
+        """Decode one protobuf block (the only walk over the protobuf's operations).
+        ``known``: names defined so far, the block's inputs included; updated in place."""
+        ops = []
+        for op in block.operations:
+            loaded = self._load_op(op, known, blobs)
+            if loaded is not None:
+                ops.append(loaded)
+        missing = [n for n in block.outputs if n not in known]
+        if missing:
+            raise ReferenceRuntimeError(f"{where} outputs {missing} are never produced")
+        return Block(tuple(i.name for i in block.inputs), tuple(ops), tuple(block.outputs))
+
+    def _load_op(self, op, known, blobs):
         outputs = tuple(o.name for o in op.outputs)
         where = f"op '{op.type}' (output '{outputs[0] if outputs else '?'}')"
-        impl = OPS.get(op.type) if not op.blocks else _CONTROL.get(op.type)
+        impl = OPS.get(op.type) if not op.blocks else CONTROL_OPS.get(op.type, (0, None))[1]
         if impl is None:
             raise ReferenceRuntimeError(f"{where}: unknown op type '{op.type}' "
                                         + ("with nested blocks " if op.blocks else "")
@@ -168,115 +160,84 @@ class ReferenceProgram:
                 tensor_signature(o.type) if o.type.WhichOneof("type") == "tensorType" else None
                 for o in op.outputs)
             if op.type == "const":
-                if "val" not in op.attributes:
-                    raise ValueDecodeError("const without a 'val' attribute")
-                value = decode_value(op.attributes["val"], self._blobs)
-                (value,) = impl({"val": value})
-                if isinstance(value, np.ndarray):
-                    value.setflags(write=False)  # shared by every run: guard against mutation
-                self._consts[outputs[0]] = value
-                self._check_output(where, outputs[0], value, out_sigs[0])
+                self._load_const(where, op, outputs[0], out_sigs[0], blobs)
                 known.add(outputs[0])
-                return
-            tuple_params = TUPLE_INPUTS.get(op.type, frozenset())
-            inputs = []
-            for param, arg in op.inputs.items():
-                bound = []
-                for b in arg.arguments:
-                    if b.WhichOneof("binding") == "name":
-                        if b.name not in known:
-                            raise ValueDecodeError(f"input '{param}' uses undefined '{b.name}'")
-                        bound.append((_NAME, b.name))
-                    else:
-                        bound.append((_CONST, decode_value(b.value, self._blobs)))
-                if len(bound) == 1 and param not in tuple_params:
-                    inputs.append((param,) + bound[0])
-                else:
-                    inputs.append((param, _LIST, tuple(bound)))
+                return None
+            inputs = tuple(self._bind(param, arg, op.type, known, blobs)
+                           for param, arg in op.inputs.items())
         except (ValueDecodeError, ReferenceRuntimeError) as e:
             raise ReferenceRuntimeError(f"{where}: {e}") from None
         extra = {}
         if op.type in WANTS_OUTPUT_DTYPES:
             extra[OUTPUT_DTYPES_KEY] = tuple(s[0] if s else None for s in out_sigs)
-        blocks = None
-        if op.blocks:
-            blocks = self._prepare_blocks(where, op, known)
-            impl = getattr(self, impl)
-        step = _Step(impl, op.type, tuple(inputs), outputs, out_sigs, extra, blocks)
-        step.call = None if blocks else fast_step(op.type, step.inputs, self._sigs, out_sigs,
-                                                  self._consts)
-        step.run = step.call.runner() if step.call else _general(step)
-        self._steps.append(step)
-        self._sigs.update((n, s) for n, s in zip(outputs, out_sigs) if s is not None)
+        blocks = self._load_nested(where, op, known, blobs) if op.blocks else None
+        self.signatures.update((n, s) for n, s in zip(outputs, out_sigs) if s is not None)
         known.update(outputs)
+        return Op(op.type, impl, inputs, outputs, out_sigs, extra, blocks)
 
-    def _prepare_blocks(self, where, op, known):
-        want = 2 if op.type in ("cond", "while_loop") else None
+    def _load_const(self, where, op, name, sig, blobs):
+        if "val" not in op.attributes:
+            raise ValueDecodeError("const without a 'val' attribute")
+        (value,) = OPS["const"]({"val": decode_value(op.attributes["val"], blobs)})
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)  # shared by every run: guard against mutation
+        self._check_output(where, name, value, sig)
+        self.constants[name] = value
+        if sig is not None:
+            self.signatures[name] = sig
+
+    @staticmethod
+    def _bind(param, arg, op_type, known, blobs):
+        bound = []
+        for b in arg.arguments:
+            if b.WhichOneof("binding") == "name":
+                if b.name not in known:
+                    raise ValueDecodeError(f"input '{param}' uses undefined '{b.name}'")
+                bound.append((NAME, b.name))
+            else:
+                bound.append((CONST, decode_value(b.value, blobs)))
+        if len(bound) == 1 and param not in TUPLE_INPUTS.get(op_type, ()):
+            return (param,) + bound[0]
+        return (param, LIST, tuple(bound))
+
+    def _load_nested(self, where, op, known, blobs):
+        want = CONTROL_OPS[op.type][0]
         if len(op.blocks) != want:
             raise ReferenceRuntimeError(f"{where}: has {len(op.blocks)} blocks, expected {want}")
         n_in = 0 if op.type == "cond" else len(op.inputs["loop_vars"].arguments)
-        blocks, outer = [], self._steps
-        try:
-            for k, blk in enumerate(op.blocks):
-                if len(blk.inputs) != n_in:
-                    raise ReferenceRuntimeError(
-                        f"{where}: block {k} has {len(blk.inputs)} inputs, expected {n_in}")
-                inner = set(known) | {i.name for i in blk.inputs}
-                self._steps = []
-                for sub in blk.operations:
-                    self._prepare_op(sub, inner)
-                missing = [n for n in blk.outputs if n not in inner]
-                if missing:
-                    raise ReferenceRuntimeError(
-                        f"{where}: block {k} outputs {missing} are never produced")
-                blocks.append(_Block(tuple(i.name for i in blk.inputs), tuple(self._steps),
-                                     tuple(blk.outputs)))
-        finally:
-            self._steps = outer
+        blocks = []
+        for k, blk in enumerate(op.blocks):
+            if len(blk.inputs) != n_in:
+                raise ReferenceRuntimeError(
+                    f"{where}: block {k} has {len(blk.inputs)} inputs, expected {n_in}")
+            inner = set(known) | {i.name for i in blk.inputs}
+            blocks.append(self._load_block(blk, inner, blobs, f"{where}: block {k}"))
         return tuple(blocks)
 
-    # -- control flow ---------------------------------------------------------------------------
-
-    def _run_block(self, block, env, values=()):
-        for name, v in zip(block.inputs, values):
-            env[name] = v
-        self._exec(block.steps, env)
-        return [env[n] for n in block.outputs]
-
-    def _cond(self, step, inputs, env):
-        pred = np.asarray(inputs["pred"])
-        if pred.dtype != np.bool_ or pred.size != 1:
-            raise ValueError(f"pred must be a bool scalar, got {pred.dtype}{list(pred.shape)}")
-        return self._run_block(step.blocks[0] if bool(pred) else step.blocks[1], env)
-
-    def _while_loop(self, step, inputs, env):
-        values = list(inputs["loop_vars"])
-        cond, body = step.blocks
-        while True:
-            (pred,) = self._run_block(cond, env, values)
-            if not bool(np.asarray(pred)):
-                return values
-            values = self._run_block(body, env, values)
-
-    @staticmethod
-    def _check_output(where, name, value, sig):
-        if sig is None:
-            return
-        dtype, shape = sig
-        if isinstance(value, str):
-            if dtype.kind != "U":
-                raise ReferenceRuntimeError(f"{where}: output '{name}' is a string, "
-                                            f"declared {dtype}")
-            return
-        if not isinstance(value, np.ndarray):
-            raise ReferenceRuntimeError(f"{where}: output '{name}' is a {type(value).__name__}, "
-                                        "not an ndarray (reference backend bug)")
-        if value.dtype != dtype or not _shape_ok(value.shape, shape):
-            raise ReferenceRuntimeError(
-                f"{where}: output '{name}' is {value.dtype}{_fmt_shape(value.shape)} but the "
-                f"program declares {dtype}{_fmt_shape(shape)}")
-
     # -- running -------------------------------------------------------------------------------
+
+    def make_state(self):
+        """Zero-filled buffers for the program's states (like ``MLModel.make_state()``)."""
+        from .state import ReferenceState
+
+        return ReferenceState(self.state_signatures, owner=self)
+
+    def run(self, feeds: dict, state=None) -> dict:
+        """feeds: input name -> np.ndarray.  Returns output name -> np.ndarray in block order.
+        A program with states also takes ``state`` (from ``make_state()``), updated in place."""
+        env = self._check_feeds(feeds)
+        if self.state_signatures or state is not None:
+            if state is None:
+                raise ReferenceRuntimeError(
+                    f"the program has states {list(self.state_signatures)}: pass "
+                    "state=program.make_state()")
+            env.update(state.bind(self))
+        env.update(self.constants)
+        # Inf / NaN are legitimate results of the simulated arithmetic: no numpy warnings.
+        with np.errstate(all="ignore"):
+            values = self._run_function(env)
+        # Copies: outputs must not alias feeds, consts or each other.
+        return {n: np.array(v, copy=True) for n, v in zip(self.output_names, values)}
 
     def _check_feeds(self, feeds) -> dict:
         unknown = [k for k in feeds if k not in self.input_signatures]
@@ -301,68 +262,90 @@ class ReferenceProgram:
             env[name] = v
         return env
 
-    def make_state(self):
-        """Zero-filled buffers for the program's states (like ``MLModel.make_state()``)."""
-        from .state import ReferenceState
+    def _run_function(self, env) -> list:
+        """The function's outputs, given its inputs, states and constants in ``env``."""
+        return self._run_block(self.body, env)
 
-        return ReferenceState(self.state_signatures, owner=self)
-
-    def run(self, feeds: dict, state=None) -> dict:
-        """feeds: input name -> np.ndarray.  Returns output name -> np.ndarray in block order.
-        A program with states also takes ``state`` (from ``make_state()``), updated in place."""
-        env = self._check_feeds(feeds)
-        if self.state_signatures or state is not None:
-            if state is None:
-                raise ReferenceRuntimeError(
-                    f"the program has states {list(self.state_signatures)}: pass "
-                    "state=program.make_state()")
-            env.update(state.bind(self))
-        env.update(self._consts)
-        # Inf / NaN are legitimate results of the simulated arithmetic: no numpy warnings.
-        with np.errstate(all="ignore"):
-            if self._program is None and not any(st.unchecked for st in self._steps):
-                self._program = self._straight_line()
-            if self._program:
-                values = self._program(env)
-            else:
-                self._exec(self._steps, env)
-                values = [env[n] for n in self.output_names]
-        # Copies: outputs must not alias feeds, consts or each other.
-        return {n: np.array(v, copy=True) for n, v in zip(self.output_names, values)}
-
-    def _straight_line(self):
-        """The generated function for every later run (codegen.py), or False where the
-        step loop stays: nested blocks, or outputs checked on every run."""
-        if self._check_always or any(st.blocks for st in self._steps):
-            return False
-
-        def error(i, e):
-            return ReferenceRuntimeError(f"{self._steps[i].where()}: {type(e).__name__}: {e}")
-
-        return straight_line(self._steps, self.output_names, error, ReferenceRuntimeError)
-
-    def _exec(self, steps, env) -> None:
-        """Run prepared steps, reading and writing values in ``env`` (MIL names are unique
+    def _run_block(self, block, env, values=()) -> list:
+        """Run a block's ops, reading and writing values in ``env`` (MIL names are unique
         across a function, so nested blocks share their enclosing environment)."""
-        for step in steps:
+        for name, v in zip(block.inputs, values):
+            env[name] = v
+        for op in block.ops:
             try:
-                results = step.run(env)
+                results = self._call(op, env)
             except ReferenceRuntimeError:
                 raise
             except Exception as e:  # noqa: BLE001 - re-raised with op context
-                raise ReferenceRuntimeError(
-                    f"{step.where()}: {type(e).__name__}: {e}") from e
-            if step.unchecked:
-                self._check_step(step, results)
-            for name, value in zip(step.outputs, results):
+                raise self.op_error(op, e) from e
+            if op.unchecked:
+                self._check_op(op, results)
+            for name, value in zip(op.outputs, results):
                 env[name] = value
+        return [env[n] for n in block.outputs]
 
-    def _check_step(self, step, results) -> None:
-        """First execution of a step: its outputs against the program's declarations."""
-        if len(results) != len(step.outputs):
+    def _call(self, op, env) -> tuple:
+        """The op's outputs: its implementation applied to its inputs, read from ``env``."""
+        inputs = dict(op.extra)
+        for param, kind, payload in op.inputs:
+            if kind == NAME:
+                inputs[param] = env[payload]
+            elif kind == CONST:
+                inputs[param] = payload
+            else:
+                inputs[param] = [env[p] if k == NAME else p for k, p in payload]
+        if op.blocks is not None:
+            return getattr(self, op.impl)(op, inputs, env)
+        return op.impl(inputs)
+
+    @staticmethod
+    def op_error(op, e) -> ReferenceRuntimeError:
+        """The error for an exception raised while running ``op``."""
+        return ReferenceRuntimeError(f"{op.where()}: {type(e).__name__}: {e}")
+
+    # -- control flow ---------------------------------------------------------------------------
+
+    def _cond(self, op, inputs, env):
+        pred = np.asarray(inputs["pred"])
+        if pred.dtype != np.bool_ or pred.size != 1:
+            raise ValueError(f"pred must be a bool scalar, got {pred.dtype}{list(pred.shape)}")
+        return self._run_block(op.blocks[0] if bool(pred) else op.blocks[1], env)
+
+    def _while_loop(self, op, inputs, env):
+        values = list(inputs["loop_vars"])
+        cond, body = op.blocks
+        while True:
+            (pred,) = self._run_block(cond, env, values)
+            if not bool(np.asarray(pred)):
+                return values
+            values = self._run_block(body, env, values)
+
+    # -- checking outputs -----------------------------------------------------------------------
+
+    def _check_op(self, op, results) -> None:
+        """An execution's outputs against the program's declarations."""
+        if len(results) != len(op.outputs):
             raise ReferenceRuntimeError(
-                f"{step.where()}: produced {len(results)} outputs, program declares "
-                f"{len(step.outputs)}")
-        for name, value, sig in zip(step.outputs, results, step.out_sigs):
-            self._check_output(step.where(), name, value, sig)
-        step.unchecked = self._check_always
+                f"{op.where()}: produced {len(results)} outputs, program declares "
+                f"{len(op.outputs)}")
+        for name, value, sig in zip(op.outputs, results, op.out_sigs):
+            self._check_output(op.where(), name, value, sig)
+        op.unchecked = self.check_always
+
+    @staticmethod
+    def _check_output(where, name, value, sig):
+        if sig is None:
+            return
+        dtype, shape = sig
+        if isinstance(value, str):
+            if dtype.kind != "U":
+                raise ReferenceRuntimeError(f"{where}: output '{name}' is a string, "
+                                            f"declared {dtype}")
+            return
+        if not isinstance(value, np.ndarray):
+            raise ReferenceRuntimeError(f"{where}: output '{name}' is a {type(value).__name__}, "
+                                        "not an ndarray (reference backend bug)")
+        if value.dtype != dtype or not _shape_ok(value.shape, shape):
+            raise ReferenceRuntimeError(
+                f"{where}: output '{name}' is {value.dtype}{_fmt_shape(value.shape)} but the "
+                f"program declares {dtype}{_fmt_shape(shape)}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import register
-from ._common import acc_dtype, get, out, to_int, to_int_list
+from .common import acc_dtype, get, out, to_int, to_int_list
 
 
 def _pads(inputs, n_spatial):

@@ -14,7 +14,7 @@ import operator
 import numpy as np
 
 from . import register
-from ._common import STR_TO_DTYPE, get, out, promote, to_int
+from .common import STR_TO_DTYPE, get, out, promote, to_int
 
 def _check_float(x, op):
     if x.dtype.kind != "f":
@@ -26,7 +26,9 @@ def _check_float(x, op):
 # Arithmetic: coremltools applies Python operators to the arrays (operator.mod is Python-style
 # remainder with the divisor's sign, floordiv rounds toward -inf); the value is then stored in
 # the promoted MIL type, so e.g. int32 real_div truncates the float quotient toward zero.
-_ARITH = {
+# ARITH, COMPARE, LOGICAL and UNARY are public: the accelerated path (../fast.py) makes the same
+# numpy calls where the declared input types make the general checks redundant.
+ARITH = {
     "add": operator.add,
     "sub": operator.sub,
     "mul": operator.mul,
@@ -37,7 +39,7 @@ _ARITH = {
     "maximum": np.maximum,
     "minimum": np.minimum,
 }
-_COMPARE = {
+COMPARE = {
     "equal": np.equal,
     "not_equal": operator.ne,
     "less": operator.lt,
@@ -45,7 +47,7 @@ _COMPARE = {
     "greater": operator.gt,
     "greater_equal": operator.ge,
 }
-_LOGICAL = {
+LOGICAL = {
     "logical_and": np.logical_and,
     "logical_or": np.logical_or,
     "logical_xor": np.logical_xor,
@@ -66,18 +68,18 @@ def _binary(name, fn, kind):
     register(name)(impl)
 
 
-for _n, _f in _ARITH.items():
+for _n, _f in ARITH.items():
     _binary(_n, _f, "arith")
-for _n, _f in _COMPARE.items():
+for _n, _f in COMPARE.items():
     _binary(_n, _f, "compare")
-for _n, _f in _LOGICAL.items():
+for _n, _f in LOGICAL.items():
     _binary(_n, _f, "logical")
 
 
 # --- unary ----------------------------------------------------------------------------------
 
 # name -> (numpy function, int32 allowed).  Output dtype = input dtype.
-_UNARY = {
+UNARY = {
     "abs": (np.abs, True),
     "acos": (np.arccos, False),
     "asin": (np.arcsin, False),
@@ -117,7 +119,7 @@ def _unary(name, fn, allow_int):
     register(name)(impl)
 
 
-for _n, (_f, _i) in _UNARY.items():
+for _n, (_f, _i) in UNARY.items():
     _unary(_n, _f, _i)
 
 

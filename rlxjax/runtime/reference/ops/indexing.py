@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import register
-from ._common import get, to_bool, to_int
+from .common import get, to_bool, to_int
 
 
 def _coords(x, idx):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import OUTPUT_DTYPES_KEY, register
-from ._common import acc_dtype, get, out, to_bool
+from .common import acc_dtype, get, out, to_bool
 
 
 def _check(a, what):

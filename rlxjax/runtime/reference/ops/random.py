@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import register
-from ._common import out
+from .common import out
 
 
 def _rng(seed) -> np.random.Generator:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import register
-from ._common import STR_TO_DTYPE, acc_dtype, get, out, to_bool, to_int
+from .common import STR_TO_DTYPE, acc_dtype, get, out, to_bool, to_int
 
 
 def _sum_square(x, axis=None, keepdims=False):
@@ -29,8 +29,9 @@ def _log_sum_exp(a, axis=None, keepdims=False):
     return np.log(np.sum(temp, axis=axis, keepdims=keepdims)) + max_values
 
 
-# name -> (operator, accumulates): non-accumulating ones are exact in any dtype.
-_REDUCE = {
+# name -> (operator, accumulates): non-accumulating ones are exact in any dtype. Public: the
+# accelerated path (../fast.py) makes the same calls.
+REDUCE = {
     "reduce_sum": (np.sum, True),
     "reduce_mean": (np.mean, True),
     "reduce_prod": (np.prod, True),
@@ -61,7 +62,7 @@ def _reduce(name, fn, accumulates):
     register(name)(impl)
 
 
-for _n, (_f, _acc) in _REDUCE.items():
+for _n, (_f, _acc) in REDUCE.items():
     _reduce(_n, _f, _acc)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import register
-from ._common import acc_dtype, get, norm_axis, out, to_bool, to_bool_list, to_int, to_int_list
+from .common import acc_dtype, get, norm_axis, out, to_bool, to_bool_list, to_int, to_int_list
 
 
 @register("reshape")
@@ -109,8 +109,9 @@ def split(inputs):
     return tuple(np.split(x, cuts, axis=axis))
 
 
-def _slice_index(x, begin, end, stride, begin_mask, end_mask, squeeze_mask):
-    # Python slicing semantics, as coremltools' solve_slice_by_index_slice.
+def slice_index(x, begin, end, stride, begin_mask, end_mask, squeeze_mask):
+    """x[...] with the index slice_by_index means (Python slicing semantics, as coremltools'
+    solve_slice_by_index_slice); fast.py calls it once on a probe to learn that index."""
     rank = x.ndim
     stride = stride or [1] * rank
     slices = []
@@ -135,7 +136,7 @@ def slice_by_index(inputs):
     for k, conv in (("stride", to_int_list), ("begin_mask", to_bool_list),
                     ("end_mask", to_bool_list), ("squeeze_mask", to_bool_list)):
         opt[k] = None if inputs.get(k) is None else conv(inputs[k])
-    res = _slice_index(x, begin, end, **opt)
+    res = slice_index(x, begin, end, **opt)
     squeeze_axes = tuple(i for i, m in enumerate(opt["squeeze_mask"] or []) if m)
     if squeeze_axes:
         res = np.squeeze(res, axis=squeeze_axes)

@@ -1,4 +1,4 @@
-"""Small helpers shared by the op families."""
+"""Small helpers shared by the op families (and by the accelerated path, ../fast.py)."""
 from __future__ import annotations
 
 import numpy as np
