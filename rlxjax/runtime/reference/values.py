@@ -7,7 +7,7 @@ Mirrors what coremltools writes in ``converters/mil/backend/mil/helper.py`` and 
   doubles / bytes filled.  fp16, int8, uint8 and uint32 are packed into ``bytes`` (raw
   little-endian buffer); int16 / uint16 / int32 go to ``ints``; scalars are rank-0 tensors.
 * blob file values: ``blobFileValue(fileName='@model_path/weights/<file>', offset)`` with the
-  tensor type giving dtype and shape, read with ``libmilstoragepython._BlobStorageReader``.
+  tensor type giving dtype and shape, read with coremltools' blob reader (``coreml/ct_private.blob_reader``).
 * tuples / lists of values (``immediateValue.tuple`` / ``.list``) -> Python lists.
 
 Strings are returned as Python ``str`` (rank 0) so ops can compare ``mode == "EXACT"`` directly;
@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 from coremltools.proto import MIL_pb2
+
+from ...coreml import ct_private
 
 _DT = MIL_pb2.DataType
 
@@ -106,9 +108,7 @@ class BlobFiles:
         if reader is None:
             if not os.path.isfile(path):
                 raise ValueDecodeError(f"weight file {path!r} (from {file_name!r}) does not exist")
-            from coremltools.libmilstoragepython import _BlobStorageReader
-
-            reader = self._readers[path] = _BlobStorageReader(path)
+            reader = self._readers[path] = ct_private.blob_reader(path)
         method = _BLOB_READERS.get(dtype)
         if method is None:
             raise ValueDecodeError(f"blob values of dtype {dtype} are not supported")
