@@ -104,6 +104,35 @@ def register_impl(layer: str, *ops: str):
     return register
 
 
+class _LayerView(Mapping):
+    """Read-only ``{op name: implementation}`` of one layer, read live from the records."""
+
+    def __init__(self, layer: str):
+        self.layer = layer
+
+    def __getitem__(self, op: str) -> Callable:
+        fn = OPS[op].impls.get(self.layer) if op in OPS else None
+        if fn is None:
+            raise KeyError(op)
+        return fn
+
+    def __iter__(self):
+        return (n for n, d in OPS.items() if self.layer in d.impls)
+
+    def __len__(self) -> int:
+        return sum(1 for d in OPS.values() if self.layer in d.impls)
+
+    def __repr__(self) -> str:
+        return f"<{self.layer} implementations of {len(self)} RLX ops>"
+
+
+def impls_of(layer: str) -> Mapping[str, Callable]:
+    """``layer``'s implementations by op name (a live, read-only view of the records)."""
+    if layer not in LAYERS:
+        raise ValueError(f"unknown layer {layer!r} (one of {LAYERS})")
+    return _LayerView(layer)
+
+
 def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorType]:
     try:
         opdef = OPS[op]
