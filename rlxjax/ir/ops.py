@@ -7,8 +7,9 @@ grad transform, constant folding, Core ML lowering) keep their family modules an
 their part into the record with ``register_impl(layer, *ops)``; ``OpDef.impl(layer)``
 reads it back. One test (tests/test_op_records.py) checks the records are complete.
 
-Families (the same names are used in every layer): constant, elementwise, reduction,
-shape, linear, norm, norm_grad, pool, conv, indexing, random, control.
+Families (``FAMILIES``; the same names are used in every layer): constant, elementwise,
+reduction, shape, linear (defined here), and norm, norm_grad, pool, conv, indexing, random,
+control (each in its own module of rlxjax/ir/). Parameter kinds are in rlxjax/ir/schema.py.
 """
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ InferFn = Callable[[Sequence[TensorType], Mapping], List[TensorType]]
 #: (may be folded, merged, removed when unused); ``state``: reads/writes device state;
 #: ``random``: a fresh draw per execution (never folded or merged).
 EFFECTS = ("pure", "state", "random")
+
+#: The op families, named alike in every layer (frontend rules, VJPs, lowerings, tests).
+FAMILIES = ("constant", "elementwise", "reduction", "shape", "linear", "norm", "norm_grad",
+            "pool", "conv", "indexing", "random", "control")
 
 #: The layers that register an implementation into an op's record.
 LAYERS = ("vjp", "lower", "fold")
@@ -70,6 +75,8 @@ def defop(name: str, family: str, arity: Optional[int], *, params: Mapping[str, 
     its parameter schema (``{}`` for none); ``regions`` names the params holding regions."""
     if effect not in EFFECTS:
         raise ValueError(f"op {name}: effect {effect!r} is not one of {EFFECTS}")
+    if family not in FAMILIES:
+        raise ValueError(f"op {name}: family {family!r} is not one of {FAMILIES}")
     if not all(isinstance(v, Param) for v in params.values()):
         raise ValueError(f"op {name}: params must map names to Param")
     if not set(regions) <= set(params):
