@@ -104,7 +104,8 @@ def _control(op):
     if op == "while":
         cond = _region("cond", [v2], lambda g, x: [
             g.add("lt", g.add("reduce_sum", x, axes=(0,)), g.constant(np.float32(10.0)))])
-        body = _region("body", [v2], lambda g, x: [g.add("add", x, g.constant(np.ones(2, np.float32)))])
+        body = _region("body", [v2],
+                       lambda g, x: [g.add("add", x, g.constant(np.ones(2, np.float32)))])
         return [v2], {"cond": cond, "body": body, "n_cond_consts": 0, "n_body_consts": 0}
     if op == "scan":
         body = _region("body", [v2, v2], lambda g, c, x: [g.add("add", c, x), g.add("mul", c, x)])

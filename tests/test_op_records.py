@@ -26,7 +26,7 @@ from rlxjax.coreml.registry import claimed_targets
 from rlxjax.coreml.targets import TARGETS, get_target
 from rlxjax.coreml.validate import validate_model
 from rlxjax.ir import DType, Graph, GraphVerificationError, Params, TensorType, verify
-from rlxjax.ir.ops import EFFECTS, FAMILIES, OPS, ParamError
+from rlxjax.ir.ops import EFFECTS, FAMILIES, OPS, IRTypeError
 from rlxjax.ir.schema import Param
 from rlxjax.transforms.vjp.registry import refusal
 
@@ -53,14 +53,14 @@ def test_every_op_has_a_record_with_a_schema():
 def test_params_that_do_not_fit_the_schema_are_refused_where_the_node_is_made():
     g = Graph()
     x = g.add_input("x", TensorType((2, 3), DType.f32))
-    with pytest.raises(ParamError, match=r"reduce_sum: unknown parameter 'axis'.*"
+    with pytest.raises(IRTypeError, match=r"reduce_sum: unknown parameter 'axis'.*"
                                          r"missing parameter 'axes'"):
         g.add("reduce_sum", x, axis=(1,))
-    with pytest.raises(ParamError, match=r"'y' must be int, got float"):
+    with pytest.raises(IRTypeError, match=r"'y' must be int, got float"):
         g.add("integer_pow", x, y=2.0)
-    with pytest.raises(ParamError, match=r"'method' must be one of"):
+    with pytest.raises(IRTypeError, match=r"'method' must be one of"):
         g.add("round", x, method="nearest")
-    with pytest.raises(ParamError, match=r"cumsum: parameter 'reverse' must be bool"):
+    with pytest.raises(IRTypeError, match=r"cumsum: parameter 'reverse' must be bool"):
         g.add("cumsum", x, axis=1, reverse=0)
 
 

@@ -27,10 +27,6 @@ class IRTypeError(TypeError):
     """An op was given inputs or parameters that do not type-check."""
 
 
-class ParamError(IRTypeError):
-    """A node's parameters do not fit its op's schema (unknown, missing or mistyped)."""
-
-
 InferFn = Callable[[Sequence[TensorType], Mapping], List[TensorType]]
 
 #: Effects an op may have. ``pure``: a deterministic function of its inputs and params
@@ -149,7 +145,7 @@ def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorT
         raise IRTypeError(f"{op} takes {opdef.arity} inputs, got {len(in_types)}")
     bad = param_errors(op, opdef.params, params)
     if bad is not None:
-        raise ParamError(bad)
+        raise IRTypeError(bad)  # params that do not fit the schema
     return list(opdef.infer(in_types, params))
 
 
