@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .schema import (ARRAY, BOOL, DIMS, DTYPE, FLOAT, INT, INT_TRIPLES, INTS, INTS_PAIR, Param,
-                     one_of, param_errors)
+                     compile_schema, one_of)
 from .types import DType, Dyn, TensorType, dtype_from_numpy
 
 
@@ -53,6 +53,12 @@ class OpDef:
     differentiable: bool = True  # False: no cotangent flows through it (zero derivative)
     regions: Tuple[str, ...] = ()  # names of params holding region graphs
     impls: Dict[str, Callable] = field(default_factory=dict, compare=False, hash=False)
+    #: ``params -> None | message``, compiled from ``params`` (schema.compile_schema)
+    check_params: Callable = field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        if self.check_params is None:
+            object.__setattr__(self, "check_params", compile_schema(self.name, self.params))
 
     @property
     def pure(self) -> bool:
@@ -143,7 +149,7 @@ def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorT
         raise IRTypeError(f"unknown RLX op {op!r}") from None
     if opdef.arity is not None and len(in_types) != opdef.arity:
         raise IRTypeError(f"{op} takes {opdef.arity} inputs, got {len(in_types)}")
-    bad = param_errors(op, opdef.params, params)
+    bad = opdef.check_params(params)
     if bad is not None:
         raise IRTypeError(bad)  # params that do not fit the schema
     return list(opdef.infer(in_types, params))

@@ -33,9 +33,14 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _ints(v) -> bool:  # the commonest kind: kept fast (checked on every node built)
+    return type(v) is tuple and all(type(x) is int or _is_int(x) for x in v)
+
+
 def tuple_of(kind: "Kind", name: Optional[str] = None) -> Kind:
+    check = kind.check
     return Kind(name or f"tuple of {kind.name}",
-                lambda v: isinstance(v, tuple) and all(kind.check(x) for x in v))
+                lambda v: type(v) is tuple and all(map(check, v)))
 
 
 def one_of(*values) -> Kind:
@@ -61,7 +66,7 @@ DTYPE = Kind("DType", lambda v: isinstance(v, DType))
 ARRAY = Kind("ndarray", lambda v: isinstance(v, np.ndarray))
 CALLABLE = Kind("callable", callable)
 ANY = Kind("any", lambda v: True)
-INTS = tuple_of(INT, "tuple of int")
+INTS = Kind("tuple of int", _ints)
 STRS = tuple_of(STR, "tuple of str")
 #: a shape: static ints or ``Dyn`` dims
 DIMS = tuple_of(Kind("dim", lambda v: _is_int(v) or isinstance(v, Dyn)), "shape (tuple of int/Dyn)")
@@ -70,6 +75,24 @@ INT_PAIRS = tuple_of(Kind("(int, int)", lambda v: isinstance(v, tuple) and len(v
 INT_TRIPLES = tuple_of(Kind("(int, int, int)", lambda v: isinstance(v, tuple) and len(v) == 3
                             and all(map(_is_int, v))), "tuple of (lo, hi, interior)")
 INTS_PAIR = pair_of(INTS)
+
+
+def compile_schema(op: str, schema: Mapping[str, "Param"]) -> Callable[[Mapping], Optional[str]]:
+    """A fast ``params -> None | message`` check of ``schema`` (run on every node built)."""
+    checks = {k: p._check for k, p in schema.items()}
+    required = frozenset(k for k, p in schema.items() if p.required)
+
+    def check(params) -> Optional[str]:
+        items = getattr(params, "_items", params)  # a Params' dict, read without the Mapping API
+        for k, v in items.items():
+            ok = checks.get(k)
+            if ok is None or not ok(v):
+                return param_errors(op, schema, params)
+        if len(required) <= len(items) and all(k in items for k in required):
+            return None
+        return param_errors(op, schema, params)
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -83,9 +106,13 @@ class Param:
     default: Any = None
     doc: str = ""
 
-    def accepts(self, value) -> bool:
+    def __post_init__(self):
         k = self.kind
-        return k.check(value) if isinstance(k, Kind) else isinstance(value, k)
+        check = k.check if isinstance(k, Kind) else (lambda v: isinstance(v, k))
+        object.__setattr__(self, "_check", check)
+
+    def accepts(self, value) -> bool:
+        return self._check(value)
 
     @property
     def kind_name(self) -> str:

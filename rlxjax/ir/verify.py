@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from .graph import Graph
 from .ops import OPS, IRTypeError, infer_types
-from .schema import param_errors
 
 
 class GraphVerificationError(ValueError):
@@ -42,7 +41,7 @@ def verify(g: Graph) -> Graph:
             if v.id not in defined:
                 raise GraphVerificationError(f"{n.op} reads %{v.id} before it is defined{_at(n)}")
         opdef = OPS.get(n.op)
-        bad = opdef and param_errors(n.op, opdef.params, n.params)
+        bad = opdef and opdef.check_params(n.params)
         if bad:
             raise GraphVerificationError(f"{bad}{_at(n)}")
         try:
