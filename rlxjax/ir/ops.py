@@ -14,12 +14,12 @@ control (each in its own module of rlxjax/ir/). Parameter kinds are in rlxjax/ir
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .schema import (ARRAY, BOOL, DIMS, DTYPE, FLOAT, INT, INT_TRIPLES, INTS, INTS_PAIR, Param,
-                     compile_schema, one_of)
+from .schema import (ARRAY, DIMS, DTYPE, INT, INT_TRIPLES, INTS, INTS_PAIR, Param, compile_schema,
+                     one_of)
 from .types import DType, Dyn, TensorType, dtype_from_numpy
 
 
