@@ -2,7 +2,7 @@
 
 - every op has a parameter schema, a known family and effect, and its region params named;
   a node whose params do not fit is refused when built, and by the verifier with the op's
-  name and the node's source line;
+  name and the node's source line; the VJP rules and lowerings read only declared params;
 - every op lowers on every deployment target its lowering claims: a node of each op
   (tests/op_samples.py builds one for EVERY op, none is taken on trust) is lowered and
   loaded back through coremltools' MIL loader on each claimed target;
@@ -14,7 +14,9 @@
 """
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import sys
 import tempfile
 
@@ -81,6 +83,26 @@ def test_the_verifier_names_the_op_and_the_source_line():
 
 def test_every_op_has_a_sample():
     assert sampled_ops() == ALL_OPS
+
+
+_PARAM_READ = re.compile(r'\b(?:params|p|node\.params|n\.params)(?:\[|\.get\()"(\w+)"')
+
+
+def test_lowerings_and_vjp_rules_read_only_declared_params():
+    """A static scan of each registered function (not of the helpers it calls): every
+    ``params["k"]`` / ``p.get("k")`` it reads is in the schema of an op it is registered
+    for, so a misspelled key cannot wait for the first model that reaches it."""
+    by_fn = {}
+    for name, d in OPS.items():
+        for layer in ("lower", "vjp"):
+            fn = d.impl(layer)
+            if fn is not None:
+                by_fn.setdefault((layer, fn), set()).add(name)
+    assert len(by_fn) > 100
+    for (layer, fn), ops in by_fn.items():
+        read = set(_PARAM_READ.findall(inspect.getsource(fn)))
+        declared = set().union(*(OPS[o].params for o in ops))
+        assert read <= declared, f"{layer} of {sorted(ops)} reads undeclared {read - declared}"
 
 
 def _mil_op_types(model):
