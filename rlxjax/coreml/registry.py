@@ -27,6 +27,8 @@ def lowering(*ops: str, since: str = "iOS15"):
         raise ValueError(f"unknown target {since!r}")
 
     def register(fn):
+        if getattr(fn, "since", since) != since:
+            raise ValueError(f"lowering {fn.__name__} claims both {fn.since} and {since}")
         fn.since = since
         return register_impl("lower", *ops)(fn)
 
