@@ -10,6 +10,11 @@ to see which MIL ops they emit (iOS17, fp32) and on which targets they lower at 
 VJP column says whether ``rlxjax.transforms.vjp.VJPS`` has a rule for each of those RLX ops.
 The ops are those of the example (f32 unless said): other dtypes or parameters may take
 another path through the rule. Primitives without an example say "see rule".
+
+The second table, one row per RLX op, is read from the op records (``rlxjax.ir.ops.OPS``):
+family, effect, parameters, the targets its lowering claims and whether it differentiates.
+Those are declared, and tests/test_op_records.py checks them: it lowers a node of every op
+on every claimed target and requires a VJP rule for every differentiable op.
 """
 from __future__ import annotations
 
@@ -31,12 +36,14 @@ import rlxjax.nn  # noqa: E402,F401
 from rlxjax.coreml.builder import MilBuilder, Var  # noqa: E402
 from rlxjax.coreml.ct_private import blob_writer  # noqa: E402
 from rlxjax.coreml.lower import LowerContext  # noqa: E402
-from rlxjax.coreml.registry import LOWERINGS  # noqa: E402
+from rlxjax.coreml.registry import LOWERINGS, claimed_targets  # noqa: E402
 from rlxjax.coreml.targets import get_target  # noqa: E402
 from rlxjax.errors import RlxError, UnsupportedPrimitiveError  # noqa: E402
 from rlxjax.frontend import RULES, trace  # noqa: E402
 from rlxjax.frontend.rules.random import RANDOM_PRIMITIVES  # noqa: E402
+from rlxjax.ir.ops import FAMILIES, OPS  # noqa: E402
 from rlxjax.transforms.vjp import NON_DIFFERENTIABLE, VJPS  # noqa: E402
+from rlxjax.transforms.vjp.registry import refusal  # noqa: E402
 
 DOC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
                                    "primitives.md"))
@@ -225,7 +232,7 @@ def _targets(graph, nodes):
 
 def _vjp(rlx_ops):
     ops = sorted(rlx_ops - {"constant"})
-    missing = [o for o in ops if o not in VJPS and o not in NON_DIFFERENTIABLE]
+    missing = [o for o in ops if (o not in VJPS or refusal(o)) and o not in NON_DIFFERENTIABLE]
     if missing:
         return "no: " + ", ".join(missing)
     if all(o in NON_DIFFERENTIABLE for o in ops):
@@ -277,6 +284,34 @@ def refused_rows():
     return rows
 
 
+def _since(targets):
+    if not targets:
+        return "none"
+    if list(targets) == list(TARGETS[TARGETS.index(targets[0]):]):
+        return f"{targets[0]}+"
+    return ", ".join(targets)
+
+
+def _op_vjp(name):
+    d = OPS[name]
+    if not d.differentiable:
+        return "zero (non-differentiable)"
+    why = refusal(name)
+    if why:
+        return "refused: " + why.split(" (", 1)[0].split(":", 1)[0]
+    return "yes" if d.impl("vjp") else "no rule"
+
+
+def op_rows():
+    rows = []
+    for name in sorted(OPS, key=lambda n: (FAMILIES.index(OPS[n].family), n)):
+        d = OPS[name]
+        params = ", ".join(f"`{k}`" + ("" if p.required else "?") for k, p in d.params.items())
+        rows.append([name, d.family, d.effect + (" (regions)" if d.regions else ""),
+                     params or "—", _since(claimed_targets(name)), _op_vjp(name)])
+    return rows
+
+
 def _table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(f"`{r[0]}`" if i == 0 else r[i] for i in range(len(r))) + " |"
@@ -314,6 +349,19 @@ def render() -> str:
         "`UnsupportedDTypeError`).",
         "",
         _table(["primitive", "when", "emitted by", "error detail"], refused_rows()),
+        "",
+        "## RLX ops",
+        "",
+        "One row per op of the RLX graph, read from its record (`rlxjax.ir.ops.OPS`). "
+        "*effect*: `pure` ops may be merged and folded, `random` ones never; *(regions)* "
+        "marks ops that carry sub-graphs. *parameters* is the op's schema (`?`: optional); a "
+        "node whose parameters do not fit is refused when built and by the verifier. "
+        "*lowers on* is what the op's Core ML lowering claims, and "
+        "`tests/test_op_records.py` lowers a node of every op on each of those targets and "
+        "loads it back through coremltools. *VJP*: `yes` (a reverse-mode rule), `zero` "
+        "(no cotangent flows through it), or `refused` with the reason the error gives.",
+        "",
+        _table(["RLX op", "family", "effect", "parameters", "lowers on", "VJP"], op_rows()),
         "",
     ])
 

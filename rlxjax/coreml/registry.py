@@ -1,22 +1,44 @@
-"""Registry of Core ML lowerings: one function per RLX op.
+"""Core ML lowerings: one function per RLX op, registered into the op's record
+(``rlxjax.ir.ops.OpDef``, layer ``"lower"``).
 
 A lowering is ``fn(ctx, node, *inputs) -> Var | tuple[Var, ...]``: ``inputs`` are the MIL
 vars of the node's inputs; ``ctx`` (lower.LowerContext) gives the builder ``ctx.b``, the
 target, and ``ctx.out_type(node, i)`` — the node's output type under the chosen precision.
+
+A lowering claims the deployment targets it works on with ``since`` (the oldest; every
+newer one is claimed too). tests/test_op_records.py lowers a node of every op on every
+target it claims.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Tuple
 
-LOWERINGS: Dict[str, Callable] = {}
+from ..ir.ops import OPS, impls_of, register_impl
+from .targets import TARGETS
+
+#: op name -> lowering (a read-only view of the records)
+LOWERINGS = impls_of("lower")
 
 
-def lowering(*ops: str):
+def lowering(*ops: str, since: str = "iOS15"):
+    """Decorator: register ``fn`` as the lowering of each op in ``ops``, claimed to work on
+    target ``since`` and newer."""
+    if since not in TARGETS:
+        raise ValueError(f"unknown target {since!r}")
+
     def register(fn):
-        for op in ops:
-            if op in LOWERINGS:
-                raise ValueError(f"lowering for {op} defined twice")
-            LOWERINGS[op] = fn
-        return fn
+        if getattr(fn, "since", since) != since:
+            raise ValueError(f"lowering {fn.__name__} claims both {fn.since} and {since}")
+        fn.since = since
+        return register_impl("lower", *ops)(fn)
 
     return register
+
+
+def claimed_targets(op: str) -> Tuple[str, ...]:
+    """The targets ``op``'s lowering claims (none if it has no lowering)."""
+    fn = OPS[op].impl("lower")
+    if fn is None:
+        return ()
+    first = TARGETS[fn.since].order
+    return tuple(name for name, t in TARGETS.items() if t.order >= first)

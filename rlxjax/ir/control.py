@@ -19,9 +19,11 @@ from typing import Iterator, List, Sequence
 
 from .graph import Graph, Node
 from .ops import _require, defop
+from .schema import BOOL, CALLABLE, INT, STR, Kind, Param, tuple_of
 from .types import DType, TensorType
 
 REGION_OPS = ("cond", "while", "scan", "custom_vjp")
+GRAPH = Kind("Graph", lambda v: isinstance(v, Graph))
 
 
 def regions(node: Node) -> Iterator[Graph]:
@@ -45,7 +47,8 @@ def _sig(types: Sequence[TensorType]) -> str:
     return "(" + ", ".join(map(str, types)) + ")"
 
 
-@defop("cond", "control", None)
+@defop("cond", "control", None, params={"branches": Param(tuple_of(GRAPH))},
+       regions=("branches",))
 def _cond(ts, p):
     branches = p["branches"]
     _require(isinstance(branches, tuple) and len(branches) >= 1
@@ -62,7 +65,9 @@ def _cond(ts, p):
     return outs
 
 
-@defop("while", "control", None)
+@defop("while", "control", None, regions=("cond", "body"), params={
+    "cond": Param(GRAPH), "body": Param(GRAPH), "n_cond_consts": Param(INT),
+    "n_body_consts": Param(INT)})
 def _while(ts, p):
     cond, body = p["cond"], p["body"]
     nc, nb = p["n_cond_consts"], p["n_body_consts"]
@@ -80,7 +85,11 @@ def _while(ts, p):
     return carry
 
 
-@defop("scan", "control", None)
+@defop("scan", "control", None, regions=("body",), params={
+    "body": Param(GRAPH), "length": Param(INT), "reverse": Param(BOOL),
+    "num_consts": Param(INT), "num_carry": Param(INT),
+    "saved_carries": Param(BOOL, required=False, default=False,
+                           doc="the body also returns its per-step carries")})
 def _scan(ts, p):
     body, length = p["body"], p["length"]
     nc, nk = p["num_consts"], p["num_carry"]
@@ -101,7 +110,8 @@ def _scan(ts, p):
     return carry + ys
 
 
-@defop("custom_vjp", "control", None)
+@defop("custom_vjp", "control", None, regions=("primal",), params={
+    "primal": Param(GRAPH), "bwd": Param(CALLABLE), "name": Param(STR)})
 def _custom_vjp(ts, p):
     """A call with its own derivative rule (jax.custom_jvp / custom_vjp): ``primal`` is the
     region that computes it; ``bwd`` is a zero-argument callable returning the region

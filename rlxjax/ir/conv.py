@@ -13,6 +13,7 @@ split dimension, as in XLA.
 from __future__ import annotations
 
 from .ops import _require, defop
+from .schema import INT, INT_PAIRS, INTS, Param
 from .types import Dyn, TensorType
 
 def dilate(n: int, d: int) -> int:
@@ -28,7 +29,9 @@ def conv_out_spatial(in_spatial, kernel, p):
     return out
 
 
-@defop("conv", "conv", 2)
+@defop("conv", "conv", 2, params={
+    "strides": Param(INTS), "padding": Param(INT_PAIRS), "lhs_dilation": Param(INTS),
+    "rhs_dilation": Param(INTS), "feature_groups": Param(INT), "batch_groups": Param(INT)})
 def _conv(ts, p):
     x, w = ts
     _require(x.dtype == w.dtype and x.dtype.is_float, f"conv: operands {x} and {w}")

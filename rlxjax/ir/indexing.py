@@ -22,6 +22,7 @@ before these ops see the indices.
 from __future__ import annotations
 
 from .ops import _require, defop
+from .schema import BOOL, INT, INTS, Param, one_of
 from .types import DType
 
 SCATTER_MODES = ("add", "update", "mul", "max", "min")
@@ -36,14 +37,15 @@ def _index_tensor(op, x, idx):
     return k
 
 
-@defop("gather_nd", "indexing", 2)
+@defop("gather_nd", "indexing", 2, params={})
 def _gather_nd(ts, p):
     x, idx = ts
     k = _index_tensor("gather_nd", x, idx)
     return [x.with_shape(tuple(idx.shape[:-1]) + tuple(x.shape[k:]))]
 
 
-@defop("scatter_nd", "indexing", 3)
+@defop("scatter_nd", "indexing", 3,
+       params={"mode": Param(one_of(*SCATTER_MODES)), "unique": Param(BOOL)})
 def _scatter_nd(ts, p):
     x, idx, upd = ts
     k = _index_tensor("scatter_nd", x, idx)
@@ -57,7 +59,7 @@ def _scatter_nd(ts, p):
     return [x]
 
 
-@defop("cumsum", "indexing", 1)
+@defop("cumsum", "indexing", 1, params={"axis": Param(INT), "reverse": Param(BOOL)})
 def _cumsum(ts, p):
     (x,) = ts
     _require(0 <= p["axis"] < x.rank, f"cumsum: axis {p['axis']} for {x}")
@@ -72,7 +74,7 @@ def _starts(op, x, starts):
         _require(s.rank == 0 and s.dtype == DType.i32, f"{op}: start index must be i32[], got {s}")
 
 
-@defop("dynamic_slice", "indexing", None)
+@defop("dynamic_slice", "indexing", None, params={"sizes": Param(INTS)})
 def _dynamic_slice(ts, p):
     x, starts = ts[0], ts[1:]
     _starts("dynamic_slice", x, starts)
@@ -82,7 +84,7 @@ def _dynamic_slice(ts, p):
     return [x.with_shape(sizes)]
 
 
-@defop("dynamic_update_slice", "indexing", None)
+@defop("dynamic_update_slice", "indexing", None, params={})
 def _dynamic_update_slice(ts, p):
     x, upd, starts = ts[0], ts[1], ts[2:]
     _starts("dynamic_update_slice", x, starts)

@@ -6,6 +6,19 @@ Optional affine operands are listed in the inputs only when present; ``has_gamma
 from __future__ import annotations
 
 from .ops import _require, broadcast_shapes, defop
+from .schema import BOOL, FLOAT, INT, Param, one_of
+
+_AFFINE = {"eps": Param(FLOAT), "has_gamma": Param(BOOL), "has_beta": Param(BOOL)}
+PARAMS = {
+    "layer_norm": {"axis": Param(INT), **_AFFINE},
+    "rms_norm": {"axis": Param(INT), **_AFFINE},
+    "group_norm": {"num_groups": Param(INT), "channel_axis": Param(INT), **_AFFINE},
+    "batch_norm": {"axis": Param(INT), **_AFFINE},
+    "batch_norm_train": {"axis": Param(INT), "momentum": Param(FLOAT), **_AFFINE},
+    "layer_norm2d": dict(_AFFINE),
+    "ada_layer_norm": {"kind": Param(one_of("layer", "rms")), "eps": Param(FLOAT)},
+    "gated_residual": {},
+}
 
 
 def _split_affine(ts, p, n_after=0):
@@ -34,7 +47,7 @@ def affine_count(p) -> int:
 
 for _name in ("layer_norm", "rms_norm"):
 
-    @defop(_name, "norm", None)
+    @defop(_name, "norm", None, params=PARAMS[_name])
     def _trailing_norm(ts, p, _name=_name):
         x, g, b, _ = _split_affine(ts, p)
         _float_x(x, _name)
@@ -44,7 +57,7 @@ for _name in ("layer_norm", "rms_norm"):
         return [x]
 
 
-@defop("group_norm", "norm", None)
+@defop("group_norm", "norm", None, params=PARAMS["group_norm"])
 def _group_norm(ts, p):
     x, g, b, _ = _split_affine(ts, p)
     _float_x(x, "group_norm")
@@ -57,7 +70,7 @@ def _group_norm(ts, p):
     return [x]
 
 
-@defop("batch_norm", "norm", None)
+@defop("batch_norm", "norm", None, params=PARAMS["batch_norm"])
 def _batch_norm(ts, p):
     x, g, b, (mean, var) = _split_affine(ts, p, 2)
     _float_x(x, "batch_norm")
@@ -67,7 +80,7 @@ def _batch_norm(ts, p):
     return [x]
 
 
-@defop("batch_norm_train", "norm", None)
+@defop("batch_norm_train", "norm", None, params=PARAMS["batch_norm_train"])
 def _batch_norm_train(ts, p):
     x, g, b, (rmean, rvar) = _split_affine(ts, p, 2)
     _float_x(x, "batch_norm_train")
@@ -78,7 +91,7 @@ def _batch_norm_train(ts, p):
     return [x, rmean, rvar]
 
 
-@defop("layer_norm2d", "norm", None)
+@defop("layer_norm2d", "norm", None, params=PARAMS["layer_norm2d"])
 def _layer_norm2d(ts, p):
     x, g, b, _ = _split_affine(ts, p)
     _float_x(x, "layer_norm2d")
@@ -88,7 +101,7 @@ def _layer_norm2d(ts, p):
     return [x]
 
 
-@defop("ada_layer_norm", "norm", 3)
+@defop("ada_layer_norm", "norm", 3, params=PARAMS["ada_layer_norm"])
 def _ada_layer_norm(ts, p):
     x, scale, shift = ts
     _float_x(x, "ada_layer_norm")
@@ -100,7 +113,7 @@ def _ada_layer_norm(ts, p):
     return [x]
 
 
-@defop("gated_residual", "norm", 3)
+@defop("gated_residual", "norm", 3, params=PARAMS["gated_residual"])
 def _gated_residual(ts, p):
     x, y, gate = ts
     _require(x == y, f"gated_residual: x {x} and y {y} differ")

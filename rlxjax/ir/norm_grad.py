@@ -20,12 +20,20 @@ every formula; ``momentum``: the running-stat outputs are handled by the VJP rul
 from __future__ import annotations
 
 from .ops import _require, broadcast_shapes, defop
+from .norm import PARAMS as FORWARD_PARAMS
+from .schema import DIMS, STRS, Param
 from .types import TensorType
 
 AFFINE_GRADS = ("dx", "dgamma", "dbeta")
 BATCH_NORM_GRADS = AFFINE_GRADS + ("dmean", "dvar")
 ADA_GRADS = ("dx", "dscale", "dshift")
 GATED_GRADS = ("dy", "dgate")
+
+
+def _schema(forward, **extra):
+    """The forward op's params minus has_beta and momentum, plus ``outputs``."""
+    kept = {k: v for k, v in FORWARD_PARAMS[forward].items() if k not in ("has_beta", "momentum")}
+    return {**kept, "outputs": Param(STRS), **extra}
 
 
 def _selected(p, allowed, op):
@@ -65,7 +73,7 @@ def _affine_types(x, pshape, outs, allowed=AFFINE_GRADS):
 
 for _name in ("layer_norm_grad", "rms_norm_grad"):
 
-    @defop(_name, "norm_grad", None)
+    @defop(_name, "norm_grad", None, params=_schema(_name[:-len("_grad")]))
     def _trailing_grad(ts, p, _name=_name):
         outs = _selected(p, AFFINE_GRADS, _name)
         x, g, _, _ = _split(ts, p, _name)
@@ -75,7 +83,7 @@ for _name in ("layer_norm_grad", "rms_norm_grad"):
         return _affine_types(x, pshape, outs)
 
 
-@defop("group_norm_grad", "norm_grad", None)
+@defop("group_norm_grad", "norm_grad", None, params=_schema("group_norm"))
 def _group_norm_grad(ts, p):
     outs = _selected(p, AFFINE_GRADS, "group_norm_grad")
     x, g, _, _ = _split(ts, p, "group_norm_grad")
@@ -87,7 +95,7 @@ def _group_norm_grad(ts, p):
     return _affine_types(x, (x.shape[c],), outs)
 
 
-@defop("layer_norm2d_grad", "norm_grad", None)
+@defop("layer_norm2d_grad", "norm_grad", None, params=_schema("layer_norm2d"))
 def _layer_norm2d_grad(ts, p):
     outs = _selected(p, AFFINE_GRADS, "layer_norm2d_grad")
     x, g, _, _ = _split(ts, p, "layer_norm2d_grad")
@@ -96,7 +104,8 @@ def _layer_norm2d_grad(ts, p):
     return _affine_types(x, (x.shape[1],), outs)
 
 
-@defop("batch_norm_train_grad", "norm_grad", None)
+@defop("batch_norm_train_grad", "norm_grad", None,
+       params=_schema("batch_norm_train"))
 def _batch_norm_train_grad(ts, p):
     outs = _selected(p, AFFINE_GRADS, "batch_norm_train_grad")
     x, g, _, _ = _split(ts, p, "batch_norm_train_grad")
@@ -105,7 +114,7 @@ def _batch_norm_train_grad(ts, p):
     return _affine_types(x, (x.shape[p["axis"]],), outs)
 
 
-@defop("batch_norm_grad", "norm_grad", None)
+@defop("batch_norm_grad", "norm_grad", None, params=_schema("batch_norm"))
 def _batch_norm_grad(ts, p):
     outs = _selected(p, BATCH_NORM_GRADS, "batch_norm_grad")
     x, g, (mean, var), _ = _split(ts, p, "batch_norm_grad", 2)
@@ -116,7 +125,8 @@ def _batch_norm_grad(ts, p):
     return _affine_types(x, c, outs, BATCH_NORM_GRADS)
 
 
-@defop("ada_layer_norm_grad", "norm_grad", 3)
+@defop("ada_layer_norm_grad", "norm_grad", 3,
+       params=_schema("ada_layer_norm", shift_shape=Param(DIMS)))
 def _ada_layer_norm_grad(ts, p):
     outs = _selected(p, ADA_GRADS, "ada_layer_norm_grad")
     x, scale, dy = ts
@@ -131,7 +141,7 @@ def _ada_layer_norm_grad(ts, p):
     return [by_name[n] for n in outs]
 
 
-@defop("gated_residual_grad", "norm_grad", 3)
+@defop("gated_residual_grad", "norm_grad", 3, params=_schema("gated_residual"))
 def _gated_residual_grad(ts, p):
     outs = _selected(p, GATED_GRADS, "gated_residual_grad")
     y, gate, dy = ts

@@ -7,16 +7,19 @@ grad transform, constant folding, Core ML lowering) keep their family modules an
 their part into the record with ``register_impl(layer, *ops)``; ``OpDef.impl(layer)``
 reads it back. One test (tests/test_op_records.py) checks the records are complete.
 
-Families (the same names are used in every layer): constant, elementwise, reduction,
-shape, linear, norm, norm_grad, pool, conv, indexing, random, control.
+Families (``FAMILIES``; the same names are used in every layer): constant, elementwise,
+reduction, shape, linear (defined here), and norm, norm_grad, pool, conv, indexing, random,
+control (each in its own module of rlxjax/ir/). Parameter kinds are in rlxjax/ir/schema.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .schema import (ARRAY, DIMS, DTYPE, INT, INT_TRIPLES, INTS, INTS_PAIR, Param, compile_schema,
+                     one_of)
 from .types import DType, Dyn, TensorType, dtype_from_numpy
 
 
@@ -31,20 +34,12 @@ InferFn = Callable[[Sequence[TensorType], Mapping], List[TensorType]]
 #: ``random``: a fresh draw per execution (never folded or merged).
 EFFECTS = ("pure", "state", "random")
 
+#: The op families, named alike in every layer (frontend rules, VJPs, lowerings, tests).
+FAMILIES = ("constant", "elementwise", "reduction", "shape", "linear", "norm", "norm_grad",
+            "pool", "conv", "indexing", "random", "control")
+
 #: The layers that register an implementation into an op's record.
 LAYERS = ("vjp", "lower", "fold")
-
-
-@dataclass(frozen=True)
-class Param:
-    """One entry of an op's parameter schema: ``kind`` is a type or tuple of types the
-    value must be an instance of (checked by the verifier); ``required=False`` makes it
-    optional (absent means ``default``)."""
-
-    kind: Any = object
-    required: bool = True
-    default: Any = None
-    doc: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,11 +48,17 @@ class OpDef:
     family: str
     infer: InferFn
     arity: Optional[int]  # None: variadic
-    params: Optional[Mapping[str, Param]] = None  # None: schema not declared
+    params: Mapping[str, Param]  # the parameter schema (rlxjax/ir/schema.py)
     effect: str = "pure"
     differentiable: bool = True  # False: no cotangent flows through it (zero derivative)
     regions: Tuple[str, ...] = ()  # names of params holding region graphs
     impls: Dict[str, Callable] = field(default_factory=dict, compare=False, hash=False)
+    #: ``params -> None | message``, compiled from ``params`` (schema.compile_schema)
+    check_params: Callable = field(default=None, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        if self.check_params is None:
+            object.__setattr__(self, "check_params", compile_schema(self.name, self.params))
 
     @property
     def pure(self) -> bool:
@@ -70,16 +71,24 @@ class OpDef:
 OPS: Dict[str, OpDef] = {}
 
 
-def defop(name: str, family: str, arity: Optional[int], *, params: Optional[Mapping] = None,
+def defop(name: str, family: str, arity: Optional[int], *, params: Mapping[str, Param],
           effect: str = "pure", differentiable: bool = True, regions: Sequence[str] = ()):
+    """Decorator: define RLX op ``name`` with ``fn`` as its type inference. ``params`` is
+    its parameter schema (``{}`` for none); ``regions`` names the params holding regions."""
     if effect not in EFFECTS:
         raise ValueError(f"op {name}: effect {effect!r} is not one of {EFFECTS}")
+    if family not in FAMILIES:
+        raise ValueError(f"op {name}: family {family!r} is not one of {FAMILIES}")
+    if not all(isinstance(v, Param) for v in params.values()):
+        raise ValueError(f"op {name}: params must map names to Param")
+    if not set(regions) <= set(params):
+        raise ValueError(f"op {name}: regions {tuple(regions)} are not among its params")
 
     def register(fn: InferFn) -> InferFn:
         if name in OPS:
             raise ValueError(f"op {name} defined twice")
-        OPS[name] = OpDef(name, family, fn, arity, None if params is None else dict(params),
-                          effect, differentiable, tuple(regions))
+        OPS[name] = OpDef(name, family, fn, arity, dict(params), effect, differentiable,
+                          tuple(regions))
         return fn
 
     return register
@@ -104,6 +113,35 @@ def register_impl(layer: str, *ops: str):
     return register
 
 
+class _LayerView(Mapping):
+    """Read-only ``{op name: implementation}`` of one layer, read live from the records."""
+
+    def __init__(self, layer: str):
+        self.layer = layer
+
+    def __getitem__(self, op: str) -> Callable:
+        fn = OPS[op].impls.get(self.layer) if op in OPS else None
+        if fn is None:
+            raise KeyError(op)
+        return fn
+
+    def __iter__(self):
+        return (n for n, d in OPS.items() if self.layer in d.impls)
+
+    def __len__(self) -> int:
+        return sum(1 for d in OPS.values() if self.layer in d.impls)
+
+    def __repr__(self) -> str:
+        return f"<{self.layer} implementations of {len(self)} RLX ops>"
+
+
+def impls_of(layer: str) -> Mapping[str, Callable]:
+    """``layer``'s implementations by op name (a live, read-only view of the records)."""
+    if layer not in LAYERS:
+        raise ValueError(f"unknown layer {layer!r} (one of {LAYERS})")
+    return _LayerView(layer)
+
+
 def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorType]:
     try:
         opdef = OPS[op]
@@ -111,6 +149,9 @@ def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorT
         raise IRTypeError(f"unknown RLX op {op!r}") from None
     if opdef.arity is not None and len(in_types) != opdef.arity:
         raise IRTypeError(f"{op} takes {opdef.arity} inputs, got {len(in_types)}")
+    bad = opdef.check_params(params)
+    if bad is not None:
+        raise IRTypeError(bad)  # params that do not fit the schema
     return list(opdef.infer(in_types, params))
 
 
@@ -120,7 +161,7 @@ def _require(cond: bool, msg: str) -> None:
 
 
 # -- constant ------------------------------------------------------------------------
-@defop("constant", "constant", 0)
+@defop("constant", "constant", 0, params={"value": Param(ARRAY)}, differentiable=False)
 def _constant(ts, p):
     v = p["value"]
     return [TensorType(v.shape, dtype_from_numpy(v.dtype))]
@@ -146,7 +187,7 @@ def broadcast_shapes(*shapes):
 FLOAT_UNARY = ("exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt",
                "floor", "ceil", "erf", "erfc", "sin", "cos")
 NUMERIC_UNARY = ("neg", "abs", "sign", "square")
-UNARY = FLOAT_UNARY + NUMERIC_UNARY + ("round", "not", "integer_pow", "copy")
+UNARY = FLOAT_UNARY + NUMERIC_UNARY + ("round", "not", "integer_pow")
 ARITH_BINARY = ("add", "sub", "mul", "div", "rem", "max", "min", "pow")
 LOGIC_BINARY = ("and", "or", "xor")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
@@ -196,13 +237,19 @@ def _binary(name):
     return infer
 
 
+#: ops with a zero derivative everywhere it exists (integer/bool results, or piecewise
+#: constant): no cotangent flows through them
+ZERO_DERIVATIVE = COMPARE + LOGIC_BINARY + ("not", "sign", "floor", "ceil", "round")
+_UNARY_PARAMS = {"round": {"method": Param(one_of("half_even", "half_away"))},
+                 "integer_pow": {"y": Param(INT)}}
 for _n in UNARY:
-    defop(_n, "elementwise", 1)(_unary(_n))
+    defop(_n, "elementwise", 1, params=_UNARY_PARAMS.get(_n, {}),
+          differentiable=_n not in ZERO_DERIVATIVE)(_unary(_n))
 for _n in ARITH_BINARY + LOGIC_BINARY + COMPARE:
-    defop(_n, "elementwise", 2)(_binary(_n))
+    defop(_n, "elementwise", 2, params={}, differentiable=_n not in ZERO_DERIVATIVE)(_binary(_n))
 
 
-@defop("select", "elementwise", 3)
+@defop("select", "elementwise", 3, params={})
 def _select(ts, p):
     """select(pred, on_false, on_true), numpy broadcasting."""
     c, f, t = ts
@@ -213,7 +260,7 @@ def _select(ts, p):
     return [TensorType(broadcast_shapes(c.shape, f.shape, t.shape), f.dtype)]
 
 
-@defop("clamp", "elementwise", 3)
+@defop("clamp", "elementwise", 3, params={})
 def _clamp(ts, p):
     """clamp(lo, x, hi) = min(max(x, lo), hi), numpy broadcasting. An op of its own (not
     max/min) because its gradient differs from theirs at the bounds, as in JAX."""
@@ -225,7 +272,7 @@ def _clamp(ts, p):
     return [TensorType(broadcast_shapes(lo.shape, x.shape, hi.shape), x.dtype)]
 
 
-@defop("convert", "elementwise", 1)
+@defop("convert", "elementwise", 1, params={"dtype": Param(DTYPE)})
 def _convert(ts, p):
     (t,) = ts
     _require(isinstance(p.get("dtype"), DType), "convert needs dtype=DType")
@@ -240,7 +287,7 @@ def _axes_ok(t: TensorType, axes) -> None:
 
 for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
 
-    @defop(_n, "reduction", 1)
+    @defop(_n, "reduction", 1, params={"axes": Param(INTS)})
     def _reduce(ts, p, _n=_n):
         (t,) = ts
         axes = p["axes"]
@@ -252,7 +299,8 @@ for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
 
 for _n in ("argmax", "argmin"):
 
-    @defop(_n, "reduction", 1)
+    @defop(_n, "reduction", 1, params={"axis": Param(INT), "index_dtype": Param(DTYPE)},
+           differentiable=False)
     def _arg(ts, p, _n=_n):
         (t,) = ts
         _axes_ok(t, (p["axis"],))
@@ -268,7 +316,7 @@ def _static_size(shape) -> Optional[int]:
     return int(np.prod(shape, dtype=np.int64))
 
 
-@defop("reshape", "shape", 1)
+@defop("reshape", "shape", 1, params={"shape": Param(DIMS)})
 def _reshape(ts, p):
     (t,) = ts
     shape = p["shape"]
@@ -278,7 +326,7 @@ def _reshape(ts, p):
     return [t.with_shape(shape)]
 
 
-@defop("transpose", "shape", 1)
+@defop("transpose", "shape", 1, params={"perm": Param(INTS)})
 def _transpose(ts, p):
     (t,) = ts
     perm = p["perm"]
@@ -287,7 +335,7 @@ def _transpose(ts, p):
     return [t.with_shape(t.shape[i] for i in perm)]
 
 
-@defop("broadcast_in_dim", "shape", 1)
+@defop("broadcast_in_dim", "shape", 1, params={"shape": Param(DIMS), "dims": Param(INTS)})
 def _broadcast_in_dim(ts, p):
     """JAX semantics: operand dim i goes to output dim dims[i] (size equal or 1)."""
     (t,) = ts
@@ -300,14 +348,14 @@ def _broadcast_in_dim(ts, p):
     return [t.with_shape(shape)]
 
 
-@defop("rev", "shape", 1)
+@defop("rev", "shape", 1, params={"axes": Param(INTS)})
 def _rev(ts, p):
     (t,) = ts
     _axes_ok(t, p["axes"])
     return [t]
 
 
-@defop("concatenate", "shape", None)
+@defop("concatenate", "shape", None, params={"axis": Param(INT)})
 def _concatenate(ts, p):
     ax = p["axis"]
     _require(len(ts) >= 1, "concatenate needs inputs")
@@ -322,7 +370,8 @@ def _concatenate(ts, p):
     return [t0.with_shape(total if i == ax else d for i, d in enumerate(t0.shape))]
 
 
-@defop("slice", "shape", 1)
+@defop("slice", "shape", 1,
+       params={"start": Param(INTS), "limit": Param(INTS), "strides": Param(INTS)})
 def _slice(ts, p):
     (t,) = ts
     start, limit, strides = p["start"], p["limit"], p["strides"]
@@ -337,7 +386,9 @@ def _slice(ts, p):
 
 
 # -- linear --------------------------------------------------------------------------
-@defop("dot_general", "linear", 2)
+@defop("dot_general", "linear", 2,
+       params={"contract": Param(INTS_PAIR), "batch": Param(INTS_PAIR),
+               "out_dtype": Param(DTYPE, required=False)})
 def _dot_general(ts, p):
     """JAX dot_general: output dims = batch, lhs free, rhs free."""
     a, b = ts
@@ -356,13 +407,13 @@ def _dot_general(ts, p):
     return [TensorType(tuple(batch + lfree + rfree), out_dtype)]
 
 
-@defop("stop_gradient", "elementwise", 1)
+@defop("stop_gradient", "elementwise", 1, params={}, differentiable=False)
 def _stop_gradient(ts, p):
     """Identity in the forward program; the grad transform sends no cotangent through it."""
     return [ts[0]]
 
 
-@defop("pad", "shape", 2)
+@defop("pad", "shape", 2, params={"config": Param(INT_TRIPLES)})
 def _pad(ts, p):
     """lax.pad: [x, padding value (rank 0)], config = ((lo, hi, interior), ...) per dim;
     negative lo/hi remove elements after interior padding."""

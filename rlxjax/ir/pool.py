@@ -17,10 +17,13 @@ has, per dimension, a size ``k``, a stride ``s`` and a dilation ``d`` (taps at
 from __future__ import annotations
 
 from .ops import _require, defop
+from .schema import INTS, Param, one_of
 from .types import DType, TensorType
 
 WINDOW_REDUCTIONS = ("reduce_window_max", "reduce_window_min", "reduce_window_sum")
 SELECTS = ("ge", "le")
+WINDOW_PARAMS = {"window": Param(INTS), "strides": Param(INTS), "dilation": Param(INTS)}
+SELECT_PARAMS = {**WINDOW_PARAMS, "select": Param(one_of(*SELECTS))}
 
 
 def window_out_shape(shape, window, strides, dilation):
@@ -43,7 +46,7 @@ def _window_params(p):
 
 for _n in WINDOW_REDUCTIONS:
 
-    @defop(_n, "pool", 1)
+    @defop(_n, "pool", 1, params=WINDOW_PARAMS)
     def _reduce_window(ts, p, _n=_n):
         (x,) = ts
         _require(x.dtype in (DType.f32, DType.f16, DType.i32), f"{_n} of {x}")
@@ -58,7 +61,7 @@ def _check_select(ts, p, op):
     return a, operand, window_out_shape(operand.shape, *_window_params(p))
 
 
-@defop("select_and_scatter_add", "pool", 2)
+@defop("select_and_scatter_add", "pool", 2, params=SELECT_PARAMS)
 def _select_and_scatter_add(ts, p):
     source, operand, out = _check_select(ts, p, "select_and_scatter_add")
     _require(tuple(source.shape) == out,
@@ -66,7 +69,7 @@ def _select_and_scatter_add(ts, p):
     return [operand]
 
 
-@defop("select_and_gather_add", "pool", 2)
+@defop("select_and_gather_add", "pool", 2, params=SELECT_PARAMS)
 def _select_and_gather_add(ts, p):
     tangents, operand, out = _check_select(ts, p, "select_and_gather_add")
     _require(tuple(tangents.shape) == tuple(operand.shape),

@@ -9,10 +9,12 @@ A random op is not a function of its parameters: transforms must neither fold no
 from __future__ import annotations
 
 from .ops import _require, defop
+from .schema import DTYPE, FLOAT, INT, INTS, Param
 from .types import TensorType
 
 
-@defop("bernoulli", "random", 0)
+@defop("bernoulli", "random", 0, effect="random", params={
+    "shape": Param(INTS), "dtype": Param(DTYPE), "prob": Param(FLOAT), "seed": Param(INT)})
 def _bernoulli(ts, p):
     shape, dtype, prob, seed = p["shape"], p["dtype"], p["prob"], p["seed"]
     _require(dtype.is_float, f"bernoulli yields a float mask, got dtype {dtype}")

@@ -1,8 +1,9 @@
-"""Graph verifier, run after every transform: SSA order, types, names."""
+"""Graph verifier, run after every transform: SSA order, parameters against each op's schema,
+types, names. Errors name the op and, when known, the user's source line of the node."""
 from __future__ import annotations
 
 from .graph import Graph
-from .ops import IRTypeError, infer_types
+from .ops import OPS, IRTypeError, infer_types
 
 
 class GraphVerificationError(ValueError):
@@ -21,6 +22,10 @@ def _regions(n):
 _regions_impl = _region_ops = None  # loaded on first use
 
 
+def _at(node) -> str:
+    return f" (node at {node.source})" if node.source else ""
+
+
 def verify(g: Graph) -> Graph:
     defined = set()
     names = set()
@@ -34,14 +39,19 @@ def verify(g: Graph) -> Graph:
     for n in g.nodes:
         for v in n.inputs:
             if v.id not in defined:
-                raise GraphVerificationError(f"{n.op} reads %{v.id} before it is defined")
+                raise GraphVerificationError(f"{n.op} reads %{v.id} before it is defined{_at(n)}")
+        opdef = OPS.get(n.op)
+        bad = opdef and opdef.check_params(n.params)
+        if bad:
+            raise GraphVerificationError(f"{bad}{_at(n)}")
         try:
             expect = infer_types(n.op, [v.type for v in n.inputs], n.params)
         except IRTypeError as e:
-            raise GraphVerificationError(f"{n.op}: {e}") from None
+            raise GraphVerificationError(f"{n.op}: {e}{_at(n)}") from None
         if [v.type for v in n.outputs] != expect:
             raise GraphVerificationError(
-                f"{n.op}: output types {[v.type for v in n.outputs]} but inference says {expect}")
+                f"{n.op}: output types {[v.type for v in n.outputs]} but inference says {expect}"
+                f"{_at(n)}")
         for i, v in enumerate(n.outputs):
             if v.node is not n or v.index != i or v.id in defined:
                 raise GraphVerificationError(f"{n.op}: output %{v.id} is not owned by the node")

@@ -24,12 +24,11 @@ from ..ir.ops import OPS
 from .rewrite import Appender, dce, output_ids, substitute, users
 
 
-
 def _mergeable(node) -> bool:
-    """Not a random draw (a fresh value per op), not control flow, not a state access."""
-    opdef = OPS.get(node.op)  # the ops that carry regions are the "control" family
-    return opdef is not None and opdef.family not in ("random", "control") and \
-        "state" not in node.op
+    """A pure op (not a random draw: a fresh value per op; not a state access) without
+    regions (region graphs are compared by identity, never by content), as its record says."""
+    opdef = OPS.get(node.op)
+    return opdef is not None and opdef.pure and not opdef.regions
 
 
 def _frozen(v):

@@ -16,7 +16,7 @@ from ..ir import Graph, TensorType, Value, verify
 from . import vjp  # noqa: F401  (registers the rules)
 from .regions import save_scan_carries
 from .rewrite import dce
-from .vjp.registry import NON_DIFFERENTIABLE, VJPS
+from ..ir.ops import OPS
 
 
 class GradContext:
@@ -68,7 +68,7 @@ def active_values(graph: Graph, wrt: Sequence[Value]) -> set:
     """Ids of float values that depend on ``wrt`` through differentiable ops."""
     active = {v.id for v in wrt}
     for n in graph.nodes:
-        if n.op in NON_DIFFERENTIABLE:
+        if not OPS[n.op].differentiable:  # no cotangent flows through it
             continue
         if any(v.id in active for v in n.inputs):
             active.update(v.id for v in n.outputs if _differentiable(v))
@@ -111,7 +111,7 @@ def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]]
         needs = [v.id in active for v in node.inputs]
         if not any(needs):
             continue
-        rule = VJPS.get(node.op)
+        rule = OPS[node.op].impl("vjp")
         if rule is None:
             raise UnsupportedPrimitiveError(node.op, node.source,
                                             "rlxjax has no gradient rule for this op yet")

@@ -6,6 +6,6 @@ from . import pool  # noqa: F401
 from . import conv  # noqa: F401
 from . import random  # noqa: F401
 from . import control  # noqa: F401
-from .registry import NON_DIFFERENTIABLE, VJPS, vjp_rule
+from .registry import NON_DIFFERENTIABLE, VJPS, refuse_vjp, vjp_rule
 
-__all__ = ["NON_DIFFERENTIABLE", "VJPS", "vjp_rule"]
+__all__ = ["NON_DIFFERENTIABLE", "VJPS", "refuse_vjp", "vjp_rule"]

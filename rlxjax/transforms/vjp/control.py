@@ -10,11 +10,11 @@
 """
 from __future__ import annotations
 
-from ...errors import RlxError, UnsupportedPrimitiveError
+from ...errors import RlxError
 from ...ir import Graph
 from ..regions import inline
 from ..rewrite import dce
-from .registry import vjp_rule
+from .registry import refuse_vjp, vjp_rule
 
 
 @vjp_rule("cond")
@@ -43,13 +43,9 @@ def _cond(ctx, node, cts, needs):
     return [None] + [next(grads) if w else None for w in want]
 
 
-@vjp_rule("while")
-def _while(ctx, node, cts, needs):
-    raise UnsupportedPrimitiveError(
-        "while", node.source,
-        "reverse-mode differentiation of a while_loop is not supported (JAX refuses it too): "
-        "use lax.scan, or lax.fori_loop with bounds known at trace time (JAX turns that into "
-        "a scan), for a loop you need gradients through")
+refuse_vjp("reverse-mode differentiation of a while_loop is not supported (JAX refuses it "
+           "too): use lax.scan, or lax.fori_loop with bounds known at trace time (JAX turns "
+           "that into a scan), for a loop you need gradients through", "while")
 
 
 @vjp_rule("scan")

@@ -122,7 +122,6 @@ _UNARY = {
     "sin": lambda c, x, o, ct, n: c.add("mul", ct, c.add("cos", x)),
     "cos": lambda c, x, o, ct, n: c.add("neg", c.add("mul", ct, c.add("sin", x))),
     "square": lambda c, x, o, ct, n: c.add("mul", ct, c.add("mul", x, _k(c, 2.0, x))),
-    "copy": lambda c, x, o, ct, n: ct,
 }
 for _op, _fn in _UNARY.items():
     vjp_rule(_op)(_unary(_fn))
@@ -172,9 +171,3 @@ def _convert(ctx, node, cts, needs):
     if not x.dtype.is_float or ct is None:
         return [None]
     return [ctx.add("convert", ct, dtype=x.dtype) if x.dtype != ct.dtype else ct]
-
-
-@vjp_rule("stop_gradient")
-def _stop_gradient(ctx, node, cts, needs):
-    return [None]
-

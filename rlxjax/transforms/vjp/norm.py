@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from ...ir import Value
-from .registry import vjp_rule
+from .registry import refuse_vjp, vjp_rule
 
 _KEEP = ("axis", "eps", "num_groups", "channel_axis", "has_gamma", "kind")
 
@@ -116,3 +116,11 @@ def _gated_residual(ctx, node, cts, needs):
     res = emit(ctx, "gated_residual_grad", [y, gate, ct], [None, "dy", "dgate"], needs)
     res[0] = ct if needs[0] else None
     return res
+
+
+# The backward ops have no VJP of their own: a gradient of a gradient through a norm.
+refuse_vjp("second-order derivatives through a norm are not supported (the backward op "
+           "of a norm has no VJP rule)",
+           "layer_norm_grad", "rms_norm_grad", "group_norm_grad", "layer_norm2d_grad",
+           "batch_norm_grad", "batch_norm_train_grad", "ada_layer_norm_grad",
+           "gated_residual_grad")
