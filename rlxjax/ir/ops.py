@@ -2,7 +2,7 @@
 
 A record holds what every layer needs to know about an op: its family, a declarative
 parameter schema (``Param``), its effects (pure / state / random), whether it is
-differentiable, which parameters hold regions, and type inference. The layers (frontend,
+differentiable, its regions (``Node.regions``), and type inference. The layers (frontend,
 grad transform, constant folding, Core ML lowering) keep their family modules and register
 their part into the record with ``register_impl(layer, *ops)``; ``OpDef.impl(layer)``
 reads it back. One test (tests/test_op_records.py) checks the records are complete.
@@ -56,7 +56,7 @@ class OpDef:
     params: Optional[Mapping[str, Param]] = None  # None: schema not declared
     effect: str = "pure"
     differentiable: bool = True  # False: no cotangent flows through it (zero derivative)
-    regions: Tuple[str, ...] = ()  # names of params holding region graphs
+    regions: Tuple[str, ...] = ()  # names of the node's regions (Node.regions)
     impls: Dict[str, Callable] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -104,13 +104,21 @@ def register_impl(layer: str, *ops: str):
     return register
 
 
-def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorType]:
+def infer_types(op: str, in_types: Sequence[TensorType], params,
+                regions: Optional[Mapping] = None) -> List[TensorType]:
+    """Output types of ``op``; an op that declares regions (``OpDef.regions``) gets them
+    as a third argument of its ``infer`` (``{name: Graph or tuple of Graphs}``)."""
     try:
         opdef = OPS[op]
     except KeyError:
         raise IRTypeError(f"unknown RLX op {op!r}") from None
     if opdef.arity is not None and len(in_types) != opdef.arity:
         raise IRTypeError(f"{op} takes {opdef.arity} inputs, got {len(in_types)}")
+    regions = regions or {}
+    if set(regions) != set(opdef.regions):
+        raise IRTypeError(f"{op} takes regions {sorted(opdef.regions)}, got {sorted(regions)}")
+    if opdef.regions:
+        return list(opdef.infer(in_types, params, regions))
     return list(opdef.infer(in_types, params))
 
 

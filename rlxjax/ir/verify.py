@@ -1,4 +1,5 @@
-"""Graph verifier, run after every transform: SSA order, types, names."""
+"""Graph verifier, run after every transform: SSA order, types, names, and regions (each
+verified as a graph of its own, and owned by one node only)."""
 from __future__ import annotations
 
 from .graph import Graph
@@ -9,19 +10,13 @@ class GraphVerificationError(ValueError):
     pass
 
 
-def _regions(n):
-    global _regions_impl, _region_ops
-    if _regions_impl is None:
-        from .control import REGION_OPS, regions  # late import: control imports ops
-
-        _regions_impl, _region_ops = regions, frozenset(REGION_OPS)
-    return _regions_impl(n) if n.op in _region_ops else ()
-
-
-_regions_impl = _region_ops = None  # loaded on first use
-
-
 def verify(g: Graph) -> Graph:
+    _verify(g, {id(g)})
+    return g
+
+
+def _verify(g: Graph, owned: set) -> None:
+    """``owned``: ids of the region graphs seen so far (a region belongs to one node)."""
     defined = set()
     names = set()
     for name, v in g.inputs:
@@ -36,7 +31,7 @@ def verify(g: Graph) -> Graph:
             if v.id not in defined:
                 raise GraphVerificationError(f"{n.op} reads %{v.id} before it is defined")
         try:
-            expect = infer_types(n.op, [v.type for v in n.inputs], n.params)
+            expect = infer_types(n.op, [v.type for v in n.inputs], n.params, n.regions)
         except IRTypeError as e:
             raise GraphVerificationError(f"{n.op}: {e}") from None
         if [v.type for v in n.outputs] != expect:
@@ -46,9 +41,13 @@ def verify(g: Graph) -> Graph:
             if v.node is not n or v.index != i or v.id in defined:
                 raise GraphVerificationError(f"{n.op}: output %{v.id} is not owned by the node")
             defined.add(v.id)
-        for sub in _regions(n):
+        for sub in n.subgraphs():
+            if id(sub) in owned:
+                raise GraphVerificationError(
+                    f"{n.op}: region {sub.name} also belongs to another node (copy it)")
+            owned.add(id(sub))
             try:
-                verify(sub)
+                _verify(sub, owned)
             except GraphVerificationError as e:
                 raise GraphVerificationError(f"in a region of {n.op}: {e}") from None
     out_names = set()
@@ -58,4 +57,3 @@ def verify(g: Graph) -> Graph:
         out_names.add(name)
         if v.id not in defined:
             raise GraphVerificationError(f"output {name} (%{v.id}) is not defined")
-    return g
