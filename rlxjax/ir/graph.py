@@ -13,7 +13,6 @@ back (ir/printer.py, ir/parser.py).
 """
 from __future__ import annotations
 
-import enum
 import itertools
 import types
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -22,10 +21,10 @@ import numpy as np
 
 from .ops import OPS, infer_types
 from .printer import format_graph, format_params
-from .types import Dyn, TensorType, Typed, dtype_from_numpy
+from .types import DType, Dyn, TensorType, Typed, dtype_from_numpy
 
 #: Leaf values a parameter may hold (besides arrays and tuples of these).
-_PLAIN = (type(None), bool, int, float, str, enum.Enum, Dyn, TensorType)
+_PLAIN = (type(None), bool, int, float, str, DType, Dyn)
 
 
 def _freeze(v: Any) -> Any:

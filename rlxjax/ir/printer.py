@@ -27,7 +27,6 @@ source line as ``loc("file.py:12 (f)")``.
 from __future__ import annotations
 
 import base64
-import enum
 import json
 import math
 import re
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .types import Dyn, TensorType, dtype_from_numpy
+from .types import DType, Dyn, dtype_from_numpy
 
 SMALL = 16  # arrays up to this many elements print their values as decimals
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_.<>\[\]:/@+\-]+\Z")
@@ -48,7 +47,7 @@ def format_graph(g, indent: str = "", *, sources: bool = False) -> str:
     for n in g.nodes:
         outs = ", ".join(f"%{v.id}: {v.type}" for v in n.outputs)
         args = ", ".join(f"%{v.id}" for v in n.inputs)
-        params = f" {format_params(n.params)}" if n.params or n.regions else ""
+        params = f" {format_params(n.params)}" if n.params else ""
         loc = f" loc({json.dumps(n.source)})" if sources and n.source else ""
         lines.append(f"{indent}    {outs} = {n.op}({args}){params}{loc}")
         for key, r in n.regions.items():
@@ -82,10 +81,8 @@ def format_value(v: Any) -> str:
         return repr(v)  # shortest exact form; inf, -inf and nan read back too
     if isinstance(v, Dyn):
         return f"Dyn({json.dumps(v.name)})"
-    if isinstance(v, TensorType):
-        return f"type({v})"
-    if isinstance(v, enum.Enum):
-        return repr(v) if type(v).__name__ == "DType" else f"{type(v).__name__}.{v.name}"
+    if isinstance(v, DType):
+        return v.value
     raise TypeError(f"cannot print a parameter of type {type(v).__name__}")
 
 
