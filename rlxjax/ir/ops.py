@@ -114,10 +114,10 @@ def infer_types(op: str, in_types: Sequence[TensorType], params,
         raise IRTypeError(f"unknown RLX op {op!r}") from None
     if opdef.arity is not None and len(in_types) != opdef.arity:
         raise IRTypeError(f"{op} takes {opdef.arity} inputs, got {len(in_types)}")
-    regions = regions or {}
-    if set(regions) != set(opdef.regions):
-        raise IRTypeError(f"{op} takes regions {sorted(opdef.regions)}, got {sorted(regions)}")
-    if opdef.regions:
+    if opdef.regions or regions:
+        if set(regions or ()) != set(opdef.regions):
+            raise IRTypeError(f"{op} takes regions {sorted(opdef.regions)}, "
+                              f"got {sorted(regions or ())}")
         return list(opdef.infer(in_types, params, regions))
     return list(opdef.infer(in_types, params))
 
