@@ -69,7 +69,8 @@ class GradFunction(CoreMLFunction):
         # Outputs kept before the gradients: the value (loss [, aux]) for value_and_grad,
         # the aux leaves for grad(has_aux=True), nothing for plain grad.
         keep = list(range(n_out)) if self.value else list(range(1, n_out))
-        graph = grad_graph(traced.graph, 0, wrt, keep, grads_first=not self.value)
+        graph = grad_graph(traced.graph, 0, wrt, keep, grads_first=not self.value,
+                           custom_backward=traced.custom_rules.backward)
 
         # The result's pytree, built from placeholders and flattened with None as a leaf.
         blank = lambda tree: jax.tree_util.tree_unflatten(  # noqa: E731
@@ -84,7 +85,7 @@ class GradFunction(CoreMLFunction):
         else:
             result = grads
         out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
-        return Traced(graph, traced.in_tree, out_tree, traced.in_types)
+        return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

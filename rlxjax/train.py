@@ -184,7 +184,7 @@ class TrainStep(CoreMLFunction):
             if not v.dtype.is_float:
                 raise ArgumentError(f"parameter '{name}' is {v.dtype}: only float parameters "
                                     "can be trained")
-        grads = backward(g, loss_v, p_vals)
+        grads = backward(g, loss_v, p_vals, traced.custom_rules.backward)
         new_p, new_s = self._inline_update(g, grads, s_vals, p_vals, params, opt_state)
         if self.state_mode == "mlstate":
             return self._to_states(traced, args, p_vals + s_vals, new_p + new_s)

@@ -342,7 +342,7 @@ def test_norms_inside_a_scanned_layer_stack_are_recognised_and_differentiated():
 
     lowered = rlxjax.coreml_jit(loss).lower(params, x)
     (scan,) = [n for n in lowered.graph.nodes if n.op == "scan"]
-    assert [n.op for n in scan.params["body"].nodes].count("layer_norm") == 1
+    assert [n.op for n in scan.regions["body"].nodes].count("layer_norm") == 1
     check_against_jax(loss, params, x, rtol=1e-5, atol=1e-5)
     want = jax.grad(loss)(params, x)
     assert_tree_close(rlxjax.coreml_grad(loss)(params, x), want, rtol=1e-4, atol=1e-5)

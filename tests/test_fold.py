@@ -194,7 +194,9 @@ SHAPE = {  # on arrays of rank >= 1 with every dim >= 2
 @PER_OP
 @given(hnp.array_shapes(min_dims=1, max_dims=3, min_side=2, max_side=4).flatmap(_floats))
 def test_shape_and_indexing_ops_fold_bit_exactly(name, x):
-    check_fold(SHAPE[name], x, jax_ulps=2 if "cumsum" in name else None)
+    # a cumulative sum's accumulation order is JAX's choice: with cancellation (x = [-1, 0.15,
+    # 1]) ulps of the result are meaningless, so compare to fp32 tolerance, as for sums
+    check_fold(SHAPE[name], x, jax_ulps="sum" if "cumsum" in name else None)
 
 
 @FEW

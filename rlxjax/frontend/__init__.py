@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, List, Sequence
 
 import jax
@@ -11,6 +11,7 @@ from ..ir import Graph, TensorType, verify
 from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
 from . import uint32
+from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
 
@@ -53,6 +54,8 @@ class Traced:
     in_tree: Any          # treedef of the dynamic args tuple
     out_tree: Any         # treedef of the result
     in_types: List[TensorType]
+    # the custom derivative rules the graph's custom_vjp nodes name (custom_rules.py)
+    custom_rules: CustomRules = field(default_factory=CustomRules)
 
 
 def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Traced:
@@ -65,7 +68,7 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Trace
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
 
     graph = Graph(getattr(fun, "__name__", "main"))
-    ctx = Lowering(graph)
+    ctx = Lowering(graph, CustomRules())
     inputs = []
     for (path, _), var in zip(leaves_with_paths, closed.jaxpr.invars):
         top, rest = path[0], path[1:]
@@ -93,4 +96,4 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Trace
 
         dce(graph)
     verify(graph)
-    return Traced(graph, in_tree, out_tree, [v.type for v in inputs])
+    return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules)

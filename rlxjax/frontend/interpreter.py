@@ -39,8 +39,11 @@ def aval_type(aval, carry_u32: bool = False) -> TensorType:
 class Lowering:
     """State of one jaxpr -> graph translation."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, custom_rules=None):
         self.graph = graph
+        # custom_rules.CustomRules of the trace (None: custom calls are inlined, for
+        # translations that are never differentiated)
+        self.custom_rules = custom_rules
         self.source: Optional[str] = None
         self.primitive: Optional[str] = None
         self.u32_ranges: Dict[int, tuple] = {}  # value id -> proven [lo, hi] (uint32.py)

@@ -1,8 +1,10 @@
-"""Control flow: ops that carry regions (closed sub-graphs) in their parameters.
+"""Control flow: ops that carry regions (closed sub-graphs, ``Node.regions``).
 
 A region is a ``Graph`` whose inputs are exactly the values passed to it: regions never
 read values of the enclosing graph directly, so every pass that works on one graph (DCE,
 substitution, the grad transform) sees all of a region op's dependencies as its inputs.
+Each op's record names its regions (``defop(..., regions=...)``); its ``infer`` reads them
+from its third argument.
 
 - ``cond(index, *operands; branches)``: runs ``branches[index]`` on the operands (the
   index is clamped into range, as ``lax.switch`` does); every branch has the same
@@ -15,24 +17,12 @@ substitution, the grad transform) sees all of a region op's dependencies as its 
 """
 from __future__ import annotations
 
-from typing import Iterator, List, Sequence
+from typing import List, Sequence
 
-from .graph import Graph, Node
+from .graph import Graph
 from .ops import _require, defop
-from .schema import BOOL, CALLABLE, INT, STR, Kind, Param, tuple_of
+from .schema import BOOL, INT, STR, Param
 from .types import DType, TensorType
-
-REGION_OPS = ("cond", "while", "scan", "custom_vjp")
-GRAPH = Kind("Graph", lambda v: isinstance(v, Graph))
-
-
-def regions(node: Node) -> Iterator[Graph]:
-    """The sub-graphs a node carries (none for ordinary ops)."""
-    for v in node.params.values():
-        if isinstance(v, Graph):
-            yield v
-        elif isinstance(v, tuple):
-            yield from (g for g in v if isinstance(g, Graph))
 
 
 def _in_types(g: Graph) -> List[TensorType]:
@@ -47,10 +37,9 @@ def _sig(types: Sequence[TensorType]) -> str:
     return "(" + ", ".join(map(str, types)) + ")"
 
 
-@defop("cond", "control", None, params={"branches": Param(tuple_of(GRAPH))},
-       regions=("branches",))
-def _cond(ts, p):
-    branches = p["branches"]
+@defop("cond", "control", None, params={}, regions=("branches",))
+def _cond(ts, p, r):
+    branches = r["branches"]
     _require(isinstance(branches, tuple) and len(branches) >= 1
              and all(isinstance(g, Graph) for g in branches), "cond needs branch graphs")
     _require(len(ts) >= 1 and ts[0].rank == 0 and ts[0].dtype == DType.i32,
@@ -66,10 +55,9 @@ def _cond(ts, p):
 
 
 @defop("while", "control", None, regions=("cond", "body"), params={
-    "cond": Param(GRAPH), "body": Param(GRAPH), "n_cond_consts": Param(INT),
-    "n_body_consts": Param(INT)})
-def _while(ts, p):
-    cond, body = p["cond"], p["body"]
+    "n_cond_consts": Param(INT), "n_body_consts": Param(INT)})
+def _while(ts, p, r):
+    cond, body = r["cond"], r["body"]
     nc, nb = p["n_cond_consts"], p["n_body_consts"]
     _require(isinstance(cond, Graph) and isinstance(body, Graph), "while needs graphs")
     _require(0 <= nc and 0 <= nb and nc + nb <= len(ts), "while: bad const counts")
@@ -86,12 +74,12 @@ def _while(ts, p):
 
 
 @defop("scan", "control", None, regions=("body",), params={
-    "body": Param(GRAPH), "length": Param(INT), "reverse": Param(BOOL),
+    "length": Param(INT), "reverse": Param(BOOL),
     "num_consts": Param(INT), "num_carry": Param(INT),
     "saved_carries": Param(BOOL, required=False, default=False,
                            doc="the body also returns its per-step carries")})
-def _scan(ts, p):
-    body, length = p["body"], p["length"]
+def _scan(ts, p, r):
+    body, length = r["body"], p["length"]
     nc, nk = p["num_consts"], p["num_carry"]
     _require(isinstance(body, Graph), "scan needs a body graph")
     _require(isinstance(length, int) and length >= 1, f"scan length must be >= 1, got {length}")
@@ -111,14 +99,17 @@ def _scan(ts, p):
 
 
 @defop("custom_vjp", "control", None, regions=("primal",), params={
-    "primal": Param(GRAPH), "bwd": Param(CALLABLE), "name": Param(STR)})
-def _custom_vjp(ts, p):
-    """A call with its own derivative rule (jax.custom_jvp / custom_vjp): ``primal`` is the
-    region that computes it; ``bwd`` is a zero-argument callable returning the region
-    ``(inputs, cotangents of the float outputs) -> cotangents of the float inputs``, built
-    (by JAX, from the user's rule) only when the grad transform asks for it."""
-    primal = p["primal"]
-    _require(isinstance(primal, Graph) and callable(p["bwd"]), "custom_vjp needs primal, bwd")
+    "rule": Param(INT), "name": Param(STR)})
+def _custom_vjp(ts, p, r):
+    """A call with its own derivative rule (jax.custom_jvp / custom_vjp): the ``primal``
+    region computes it; ``rule`` (an int) names the rule in the side table of the trace
+    that made the node (``frontend.custom_rules.CustomRules``), from which the grad
+    transform asks for the backward region ``(inputs, cotangents of the float outputs) ->
+    cotangents of the float inputs``, built by JAX from the user's rule only then: the
+    rule is a JAX object, and JAX objects stay out of the IR."""
+    primal = r["primal"]
+    _require(isinstance(primal, Graph) and isinstance(p["rule"], int),
+             "custom_vjp needs a primal region and an int rule")
     _require(_in_types(primal) == list(ts),
              f"custom_vjp primal takes {_sig(_in_types(primal))}, given {_sig(ts)}")
     return _out_types(primal)

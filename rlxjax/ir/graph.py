@@ -1,12 +1,30 @@
-"""The RLX graph: SSA values, nodes with frozen parameters, named inputs and outputs."""
+"""The RLX graph: SSA values, nodes with frozen parameters and regions, named inputs and
+outputs.
+
+Ownership: a ``Graph`` is a mutable container owned by whoever builds or transforms it
+(passes change the graph they are given, in place, and say so). A node's regions are
+graphs owned by that node: ``Node.regions`` is an immutable mapping (region name -> graph,
+or tuple of graphs for ``cond``'s branches) fixed when the node is made, and no region graph
+belongs to two nodes (``inline`` copies the regions of the nodes it copies; the verifier
+checks it). A pass that runs on every region (``transforms/regions.all_regions``) therefore
+changes graphs owned, through their node, by the graph it was given. ``Params`` hold plain
+frozen data only: no graphs, no callables, no JAX objects, so a graph prints and parses
+back (ir/printer.py, ir/parser.py).
+"""
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
+import types
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .types import TensorType, Typed, dtype_from_numpy
+from .ops import OPS, infer_types
+from .printer import format_graph, format_params
+from .types import DType, Dyn, TensorType, Typed, dtype_from_numpy
+
+#: Leaf values a parameter may hold (besides arrays and tuples of these).
+_PLAIN = (type(None), bool, int, float, str, DType, Dyn)
 
 
 def _freeze(v: Any) -> Any:
@@ -18,6 +36,10 @@ def _freeze(v: Any) -> Any:
         return tuple(_freeze(x) for x in v)
     if isinstance(v, np.generic):
         return v.item()
+    if not isinstance(v, _PLAIN):
+        raise TypeError(f"an op parameter must be plain data (numbers, strings, dtypes, "
+                        f"arrays, tuples), got {type(v).__name__}: regions go in "
+                        "Node.regions, and JAX objects stay in the frontend")
     return v
 
 
@@ -64,15 +86,7 @@ class Params(Mapping[str, Any]):
         raise AttributeError("Params are immutable")
 
     def __repr__(self):
-        return "{" + ", ".join(f"{k}={_short(v)}" for k, v in self._items.items()) + "}"
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, np.ndarray):
-        if v.size <= 8:
-            return np.array2string(v, separator=",").replace("\n", "")
-        return f"<{v.dtype}{list(v.shape)}>"
-    return repr(v)
+        return format_params(self)
 
 
 class Value(Typed):
@@ -90,16 +104,41 @@ class Value(Typed):
         return f"%{self.id}:{self.type}"
 
 
+Region = Union["Graph", Tuple["Graph", ...]]
+_NO_REGIONS: Mapping[str, Region] = types.MappingProxyType({})
+
+
+def _regions(regions: Optional[Mapping[str, Region]]) -> Mapping[str, Region]:
+    if not regions:
+        return _NO_REGIONS
+    out = {}
+    for k, r in regions.items():
+        r = tuple(r) if isinstance(r, (list, tuple)) else r
+        if not all(isinstance(g, Graph) for g in (r if isinstance(r, tuple) else (r,))):
+            raise TypeError(f"region {k!r} must be a Graph or a tuple of Graphs")
+        out[k] = r
+    return types.MappingProxyType(out)
+
+
 class Node:
-    __slots__ = ("op", "params", "inputs", "outputs", "source")
+    """One op application. ``regions``: the closed sub-graphs the op runs (control flow),
+    by name as the op's record declares them (``OpDef.regions``); empty for other ops."""
+
+    __slots__ = ("op", "params", "inputs", "outputs", "source", "regions")
 
     def __init__(self, op: str, params: Params, inputs: Tuple[Value, ...], outputs: Tuple[Value, ...],
-                 source: Optional[str] = None):
+                 source: Optional[str] = None, regions: Optional[Mapping[str, Region]] = None):
         self.op = op
         self.params = params
         self.inputs = inputs
         self.outputs = outputs
         self.source = source
+        self.regions = _regions(regions)
+
+    def subgraphs(self) -> Iterator["Graph"]:
+        """Every region graph of this node (not nested ones), in declaration order."""
+        for r in self.regions.values():
+            yield from (r if isinstance(r, tuple) else (r,))
 
     @property
     def output(self) -> Value:
@@ -131,13 +170,17 @@ class Graph:
         return v
 
     def add_node(self, op: str, inputs: Sequence[Value], params: Mapping[str, Any] | None = None,
-                 source: Optional[str] = None) -> Node:
-        from .ops import infer_types  # late import: ops imports graph for typing only
-
+                 source: Optional[str] = None,
+                 regions: Optional[Mapping[str, Region]] = None) -> Node:
+        """Append a node. A region op's regions may also be given among ``params`` under
+        the names its record declares (``OpDef.regions``): they are moved to ``regions``."""
+        if regions is None and params and not isinstance(params, Params):
+            params, regions = split_regions(op, params)
         params = params if isinstance(params, Params) else Params(params)
         inputs = tuple(inputs)
-        out_types = infer_types(op, [v.type for v in inputs], params)
-        node = Node(op, params, inputs, (), source)
+        regions = _regions(regions)
+        out_types = infer_types(op, [v.type for v in inputs], params, regions)
+        node = Node(op, params, inputs, (), source, regions)
         node.outputs = tuple(self.new_value(t, node, i) for i, t in enumerate(out_types))
         self.nodes.append(node)
         return node
@@ -179,12 +222,21 @@ class Graph:
         return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def __str__(self) -> str:
-        from .printer import format_graph
-
         return format_graph(self)
 
     def __repr__(self) -> str:
         return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes, {len(self.outputs)} outputs>"
+
+
+def split_regions(op: str, kwargs: Mapping[str, Any]):
+    """(params, regions): the entries of ``kwargs`` named as regions by ``op``'s record
+    go to regions."""
+    opdef = OPS.get(op)
+    names = opdef.regions if opdef is not None else ()
+    if not names or not any(k in kwargs for k in names):
+        return kwargs, None
+    return ({k: v for k, v in kwargs.items() if k not in names},
+            {k: v for k, v in kwargs.items() if k in names})
 
 
 def constant_value(v: Value) -> Optional[np.ndarray]:

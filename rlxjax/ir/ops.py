@@ -2,7 +2,7 @@
 
 A record holds what every layer needs to know about an op: its family, a declarative
 parameter schema (``Param``), its effects (pure / state / random), whether it is
-differentiable, which parameters hold regions, and type inference. The layers (frontend,
+differentiable, its regions (``Node.regions``), and type inference. The layers (frontend,
 grad transform, constant folding, Core ML lowering) keep their family modules and register
 their part into the record with ``register_impl(layer, *ops)``; ``OpDef.impl(layer)``
 reads it back. One test (tests/test_op_records.py) checks the records are complete.
@@ -51,7 +51,7 @@ class OpDef:
     params: Mapping[str, Param]  # the parameter schema (rlxjax/ir/schema.py)
     effect: str = "pure"
     differentiable: bool = True  # False: no cotangent flows through it (zero derivative)
-    regions: Tuple[str, ...] = ()  # names of params holding region graphs
+    regions: Tuple[str, ...] = ()  # names of the node's regions (Node.regions)
     impls: Dict[str, Callable] = field(default_factory=dict, compare=False, hash=False)
     #: ``params -> None | message``, compiled from ``params`` (schema.compile_schema)
     check_params: Callable = field(default=None, compare=False, hash=False, repr=False)
@@ -74,15 +74,16 @@ OPS: Dict[str, OpDef] = {}
 def defop(name: str, family: str, arity: Optional[int], *, params: Mapping[str, Param],
           effect: str = "pure", differentiable: bool = True, regions: Sequence[str] = ()):
     """Decorator: define RLX op ``name`` with ``fn`` as its type inference. ``params`` is
-    its parameter schema (``{}`` for none); ``regions`` names the params holding regions."""
+    its parameter schema (``{}`` for none); ``regions`` names the node's regions
+    (``Node.regions``, never params)."""
     if effect not in EFFECTS:
         raise ValueError(f"op {name}: effect {effect!r} is not one of {EFFECTS}")
     if family not in FAMILIES:
         raise ValueError(f"op {name}: family {family!r} is not one of {FAMILIES}")
     if not all(isinstance(v, Param) for v in params.values()):
         raise ValueError(f"op {name}: params must map names to Param")
-    if not set(regions) <= set(params):
-        raise ValueError(f"op {name}: regions {tuple(regions)} are not among its params")
+    if set(regions) & set(params):
+        raise ValueError(f"op {name}: regions {tuple(regions)} are not params (Node.regions)")
 
     def register(fn: InferFn) -> InferFn:
         if name in OPS:
@@ -142,7 +143,10 @@ def impls_of(layer: str) -> Mapping[str, Callable]:
     return _LayerView(layer)
 
 
-def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorType]:
+def infer_types(op: str, in_types: Sequence[TensorType], params,
+                regions: Optional[Mapping] = None) -> List[TensorType]:
+    """Output types of ``op``; an op that declares regions (``OpDef.regions``) gets them
+    as a third argument of its ``infer`` (``{name: Graph or tuple of Graphs}``)."""
     try:
         opdef = OPS[op]
     except KeyError:
@@ -152,6 +156,11 @@ def infer_types(op: str, in_types: Sequence[TensorType], params) -> List[TensorT
     bad = opdef.check_params(params)
     if bad is not None:
         raise IRTypeError(bad)  # params that do not fit the schema
+    if opdef.regions or regions:
+        if set(regions or ()) != set(opdef.regions):
+            raise IRTypeError(f"{op} takes regions {sorted(opdef.regions)}, "
+                              f"got {sorted(regions or ())}")
+        return list(opdef.infer(in_types, params, regions))
     return list(opdef.infer(in_types, params))
 
 

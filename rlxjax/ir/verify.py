@@ -1,5 +1,6 @@
 """Graph verifier, run after every transform: SSA order, parameters against each op's schema,
-types, names. Errors name the op and, when known, the user's source line of the node."""
+types, names, and regions (each verified as a graph of its own, and owned by one node only).
+Errors name the op and, when known, the user's source line of the node."""
 from __future__ import annotations
 
 from .graph import Graph
@@ -10,23 +11,17 @@ class GraphVerificationError(ValueError):
     pass
 
 
-def _regions(n):
-    global _regions_impl, _region_ops
-    if _regions_impl is None:
-        from .control import REGION_OPS, regions  # late import: control imports ops
-
-        _regions_impl, _region_ops = regions, frozenset(REGION_OPS)
-    return _regions_impl(n) if n.op in _region_ops else ()
-
-
-_regions_impl = _region_ops = None  # loaded on first use
-
-
 def _at(node) -> str:
     return f" (node at {node.source})" if node.source else ""
 
 
 def verify(g: Graph) -> Graph:
+    _verify(g, {id(g)})
+    return g
+
+
+def _verify(g: Graph, owned: set) -> None:
+    """``owned``: ids of the region graphs seen so far (a region belongs to one node)."""
     defined = set()
     names = set()
     for name, v in g.inputs:
@@ -45,7 +40,7 @@ def verify(g: Graph) -> Graph:
         if bad:
             raise GraphVerificationError(f"{bad}{_at(n)}")
         try:
-            expect = infer_types(n.op, [v.type for v in n.inputs], n.params)
+            expect = infer_types(n.op, [v.type for v in n.inputs], n.params, n.regions)
         except IRTypeError as e:
             raise GraphVerificationError(f"{n.op}: {e}{_at(n)}") from None
         if [v.type for v in n.outputs] != expect:
@@ -56,9 +51,13 @@ def verify(g: Graph) -> Graph:
             if v.node is not n or v.index != i or v.id in defined:
                 raise GraphVerificationError(f"{n.op}: output %{v.id} is not owned by the node")
             defined.add(v.id)
-        for sub in _regions(n):
+        for sub in n.subgraphs():
+            if id(sub) in owned:
+                raise GraphVerificationError(
+                    f"{n.op}: region {sub.name} also belongs to another node (copy it)")
+            owned.add(id(sub))
             try:
-                verify(sub)
+                _verify(sub, owned)
             except GraphVerificationError as e:
                 raise GraphVerificationError(f"in a region of {n.op}: {e}") from None
     out_names = set()
@@ -68,4 +67,3 @@ def verify(g: Graph) -> Graph:
         out_names.add(name)
         if v.id not in defined:
             raise GraphVerificationError(f"output {name} (%{v.id}) is not defined")
-    return g

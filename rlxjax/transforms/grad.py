@@ -4,10 +4,13 @@ The backward pass is appended to the forward graph: cotangents flow from the los
 the requested inputs through one VJP rule per op (vjp/<family>.py), cotangents of a value
 read several times are summed, symbolic zeros (``None``) are never materialised unless an
 output needs them, and dead code is removed at the end.
+
+Custom derivative rules (``custom_vjp`` nodes) are JAX objects kept out of the IR: the
+caller passes ``custom_backward(rule) -> Graph`` (the trace's ``CustomRules.backward``).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,12 +22,20 @@ from .rewrite import dce
 from ..ir.ops import OPS
 
 
+CustomBackward = Callable[[int], Graph]
+
+
 class GradContext:
     """What VJP rules build with: nodes appended to the graph under differentiation."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, custom_backward: Optional[CustomBackward] = None):
         self.graph = graph
         self.source: Optional[str] = None
+        self.custom_backward = custom_backward
+
+    def backward_seeded(self, graph: Graph, seeds, wrt) -> List[Value]:
+        """``backward_seeded`` on another graph (a region's VJP), same custom rules."""
+        return backward_seeded(graph, seeds, wrt, self.custom_backward)
 
     def add(self, op: str, *inputs: Value, **params) -> Value:
         return self.graph.add_node(op, inputs, params, self.source).output
@@ -75,20 +86,23 @@ def active_values(graph: Graph, wrt: Sequence[Value]) -> set:
     return active
 
 
-def backward(graph: Graph, loss: Value, wrt: Sequence[Value]) -> List[Value]:
-    """Append the backward pass of ``loss`` w.r.t. ``wrt`` to ``graph``; return the
-    gradients (one per ``wrt``, zeros where ``loss`` does not depend on it)."""
+def backward(graph: Graph, loss: Value, wrt: Sequence[Value],
+             custom_backward: Optional[CustomBackward] = None) -> List[Value]:
+    """Append the backward pass of ``loss`` w.r.t. ``wrt`` to ``graph`` (in place); return
+    the gradients (one per ``wrt``, zeros where ``loss`` does not depend on it)."""
     if loss.type.rank != 0 or not loss.dtype.is_float:
         raise RlxError(f"the loss must be a float scalar, got {loss.type}")
     # Seed with a constant 1 (added to the graph only when the loss depends on wrt).
-    return backward_seeded(graph, [(loss, None)], wrt)
+    return backward_seeded(graph, [(loss, None)], wrt, custom_backward)
 
 
 def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]],
-                    wrt: Sequence[Value]) -> List[Value]:
+                    wrt: Sequence[Value],
+                    custom_backward: Optional[CustomBackward] = None) -> List[Value]:
     """The vector-Jacobian product: append the backward pass that starts from cotangent
     ``ct`` on each ``(value, ct)`` of ``seeds`` (``ct`` None: a scalar 1) and return the
-    cotangents of ``wrt``. Scans first save their per-step carries (transforms/regions.py)."""
+    cotangents of ``wrt``. Scans first save their per-step carries (transforms/regions.py).
+    ``custom_backward(rule)``: the backward region of a ``custom_vjp`` node's rule."""
     active = active_values(graph, wrt)
     replaced = save_scan_carries(graph, active)
     if replaced:
@@ -96,7 +110,7 @@ def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]]
         seeds = [(replaced.get(v.id, v), ct) for v, ct in seeds]
         active = active_values(graph, wrt)
     forward = list(graph.nodes)
-    ctx = GradContext(graph)
+    ctx = GradContext(graph, custom_backward)
     cts: Dict[int, Value] = {}
     for v, ct in seeds:
         if v.id not in active:
@@ -128,13 +142,14 @@ def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]]
 
 
 def grad_graph(graph: Graph, loss_index: int, wrt_indices: Sequence[int],
-               keep_outputs: Sequence[int], grads_first: bool = False) -> Graph:
+               keep_outputs: Sequence[int], grads_first: bool = False,
+               custom_backward: Optional[CustomBackward] = None) -> Graph:
     """Turn ``graph`` (in place) into: outputs ``keep_outputs`` and the gradients of output
     ``loss_index`` w.r.t. inputs ``wrt_indices`` (named ``grad.<input name>``), the
     gradients after the kept outputs or, with ``grads_first``, before them."""
     loss = graph.outputs[loss_index][1]
     wrt = [graph.inputs[i][1] for i in wrt_indices]
-    grads = backward(graph, loss, wrt)
+    grads = backward(graph, loss, wrt, custom_backward)
     kept = [graph.outputs[i] for i in keep_outputs]
     named = [(f"grad.{graph.inputs[i][0]}", g) for i, g in zip(wrt_indices, grads)]
     graph.outputs = named + kept if grads_first else kept + named

@@ -1,6 +1,7 @@
 """Recognise decomposed normalisations (flax, flax.nnx, equinox, hand-written) as RLX norm ops.
 
-``recognize_norms(graph)`` rewrites in place and returns ``{op: count}``. A pattern becomes a
+``recognize_norms(graph)`` rewrites ``graph`` in place (a region too: its node owns it, see
+ir/graph.py) and returns ``{op: count}``. A pattern becomes a
 norm node only when it is mathematically identical to the op: the same groups (checked
 element by element, see :mod:`.norm_patterns.analysis`), a divisor equal to the group's
 element count (biased variance), eps added inside the square root, and an affine that

@@ -1,32 +1,51 @@
-"""Working with region-carrying ops (ir/control.py): listing, inlining, and preparing scans
-for the grad transform (``save_scan_carries``)."""
+"""Working with region-carrying ops (ir/control.py): listing, copying, inlining, and
+preparing scans for the grad transform (``save_scan_carries``).
+
+Regions belong to their node (``Node.regions``, see ir/graph.py): a pass given a graph may
+change the regions of its nodes in place, as it changes the graph; whatever copies a node
+into another graph (``inline``) copies its regions too, so no region has two owners.
+"""
 from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
 from ..ir import Graph, Node, Value
 
+
 def all_regions(graph: Graph) -> List[Graph]:
     """Every region graph nested in ``graph``, at any depth (outer before inner)."""
-    from ..ir.control import regions
-
     out: List[Graph] = []
     stack = [graph]
     while stack:
         for n in stack.pop().nodes:
-            for sub in regions(n):
+            for sub in n.subgraphs():
                 out.append(sub)
                 stack.append(sub)
     return out
 
 
+def copy_graph(g: Graph, name: str | None = None) -> Graph:
+    """A copy of ``g`` (its regions copied too) under ``name``."""
+    new = Graph(g.name if name is None else name)
+    ins = [new.add_input(n, v.type) for n, v in g.inputs]
+    for (n, _), v in zip(g.outputs, inline(new, g, ins)):
+        new.add_output(n, v)
+    return new
+
+
+def copy_regions(node: Node) -> dict:
+    """Copies of ``node``'s regions, for a node made from it in another place."""
+    return {k: tuple(copy_graph(s) for s in r) if isinstance(r, tuple) else copy_graph(r)
+            for k, r in node.regions.items()}
+
+
 def inline(graph: Graph, region: Graph, inputs: Sequence[Value], source=None) -> List[Value]:
-    """Append a copy of ``region``'s nodes to ``graph`` reading ``inputs``; returns the
-    copies of its outputs."""
+    """Append a copy of ``region``'s nodes (their regions copied) to ``graph`` reading
+    ``inputs``; returns the copies of its outputs."""
     env = {v.id: x for (_, v), x in zip(region.inputs, inputs)}
     for n in region.nodes:
         new = graph.add_node(n.op, [env[v.id] for v in n.inputs], n.params,
-                             n.source or source)
+                             n.source or source, copy_regions(n) if n.regions else None)
         env.update((v.id, w) for v, w in zip(n.outputs, new.outputs))
     return [env[v.id] for _, v in region.outputs]
 
@@ -38,7 +57,7 @@ def inline_custom_calls(graph: Graph) -> bool:
     changed = False
     while any(n.op == "custom_vjp" for n in graph.nodes):
         _replace(graph, lambda n: n.op == "custom_vjp",
-                 lambda n: inline(graph, n.params["primal"], n.inputs, n.source))
+                 lambda n: inline(graph, n.regions["primal"], n.inputs, n.source))
         changed = True
     return changed
 
@@ -59,15 +78,15 @@ def save_scan_carries(graph: Graph, active: set) -> Dict[int, Value]:
 
 def _with_saved_carries(graph: Graph, node: Node) -> List[Value]:
     p = node.params
-    body, nc, nk = p["body"], p["num_consts"], p["num_carry"]
+    body, nc, nk = node.regions["body"], p["num_consts"], p["num_carry"]
     g = Graph(f"{body.name}_saving")
     ins = [g.add_input(name, v.type) for name, v in body.inputs]
     for i, v in enumerate(inline(g, body, ins)):
         g.add_output(f"out{i}", v)
     for i, v in enumerate(ins[nc:nc + nk]):
         g.add_output(f"saved{i}", v)
-    params = dict(p, body=g, saved_carries=True)
-    new = graph.add_node("scan", node.inputs, params, node.source)
+    new = graph.add_node("scan", node.inputs, dict(p, saved_carries=True), node.source,
+                         regions={"body": g})
     return list(new.outputs[:len(node.outputs)])
 
 

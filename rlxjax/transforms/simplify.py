@@ -8,6 +8,10 @@ the program no longer materialises (tiles) the broadcast tensor; where x only la
 leading size-1 dims, x itself is the operand (``drop_unit_reshapes`` does the same for
 explicit reshapes, e.g. flax's bias reshape). ``simplify`` then runs the passes of
 ``cse.py`` (common subexpressions, split backward as concatenate); tests/test_passes.py.
+
+Every pass here changes the graph it is given, in place (and returns a count); run on a
+region (``all_regions``), it changes a graph that its node owns (ir/graph.py), never a
+region shared with another node.
 """
 from __future__ import annotations
 

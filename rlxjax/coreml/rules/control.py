@@ -32,7 +32,7 @@ def _out_types(ctx, node):
 @lowering("cond")
 def _cond(ctx, node, index, *operands):
     b = ctx.b
-    branches = node.params["branches"]
+    branches = node.regions["branches"]
     k0 = b.known(index)
     if k0 is not None:  # a constant index: only that branch is compiled
         k = int(np.asarray(k0))
@@ -43,7 +43,7 @@ def _cond(ctx, node, index, *operands):
 
 def _select_branch(ctx, node, index, operands, k):
     b = ctx.b
-    branches = node.params["branches"]
+    branches = node.regions["branches"]
     pred = b.op("equal", _BOOL, x=index, y=np.int32(k))
     b.begin_block()
     true_blk = b.end_block(ctx.lower_region(branches[k], operands))
@@ -63,10 +63,10 @@ def _while(ctx, node, *args):
     cc, bc, init = list(args[:nc]), list(args[nc:nc + nb]), list(args[nc + nb:])
     types = [v.type for v in init]
     carry = b.begin_block(types)
-    (pred,) = ctx.lower_region(p["cond"], cc + carry)
+    (pred,) = ctx.lower_region(node.regions["cond"], cc + carry)
     cond_blk = b.end_block([pred])
     carry = b.begin_block(types)
-    body_blk = b.end_block(ctx.lower_region(p["body"], bc + carry))
+    body_blk = b.end_block(ctx.lower_region(node.regions["body"], bc + carry))
     return b.op_with_blocks("while_loop", _out_types(ctx, node), [cond_blk, body_blk],
                             loop_vars=init)
 
@@ -88,7 +88,7 @@ def _scan(ctx, node, *args):
     step, carry, acc = state[0], state[1:1 + nk], state[1 + nk:]
     t = (b.op("sub", _I32, x=np.int32(length - 1), y=step) if p["reverse"] else step)
     x_t = [_read_slice(b, x, t) for x in xs]
-    outs = ctx.lower_region(p["body"], consts + list(carry) + x_t)
+    outs = ctx.lower_region(node.regions["body"], consts + list(carry) + x_t)
     new_acc = [_write_slice(b, buf, y, t) for buf, y in zip(acc, outs[nk:])]
     nxt = b.op("add", _I32, x=step, y=np.int32(1))
     body_blk = b.end_block([nxt] + list(outs[:nk]) + new_acc)
@@ -130,4 +130,4 @@ def _write_slice(b, buf, y, t):
 @lowering("custom_vjp")
 def _custom_vjp(ctx, node, *args):
     # Only differentiation looks at the custom rule; the program computes the primal.
-    return tuple(ctx.lower_region(node.params["primal"], args))
+    return tuple(ctx.lower_region(node.regions["primal"], args))

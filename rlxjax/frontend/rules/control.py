@@ -27,17 +27,17 @@ def _call(ctx, eqn, *args):
 @rule("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
 def _custom_call(ctx, eqn, *args):
     # The user's derivative rule matters (jax.nn.relu has derivative 0 at 0, not the 1/2 of
-    # max's tie rule): keep the call as a custom_vjp op whose backward region JAX builds
-    # from that rule, on demand (transforms/vjp/control.py).
+    # max's tie rule): keep the call as a custom_vjp op whose rule the trace keeps in its
+    # side table (custom_rules.py); JAX builds the backward region from it on demand.
     p = eqn.params
     closed = p.get("call_jaxpr") or p.get("fun_jaxpr")
     floats = [v.dtype.is_float for v in args]
     outs_float = [_is_float(v.aval.dtype) for v in eqn.outvars]
-    if not any(floats) or not any(outs_float):
+    if ctx.custom_rules is None or not any(floats) or not any(outs_float):
         return _inline(ctx, closed, args)
     primal = _region(ctx, "primal", closed, _types(args))
-    bwd = _CustomBackward(ctx.source, eqn, _types(args), floats, outs_float)
-    return ctx.add_multi("custom_vjp", args, primal=primal, bwd=bwd,
+    rule_id = ctx.custom_rules.add(ctx.source, eqn, _types(args), floats, outs_float)
+    return ctx.add_multi("custom_vjp", args, primal=primal, rule=rule_id,
                          name=str(p.get("name", eqn.primitive.name)))
 
 
@@ -45,68 +45,11 @@ def _is_float(dtype) -> bool:
     return np.issubdtype(np.dtype(dtype), np.floating)
 
 
-class _CustomBackward:
-    """The backward region of a custom-derivative call, traced by JAX on first use:
-    ``jax.vjp`` of the primitive re-bound as jax.core.eval_jaxpr does, which applies the
-    user's jvp/fwd+bwd rule exactly as ``jax.grad`` would."""
-
-    def __init__(self, source, eqn, in_types, floats, outs_float):
-        self.source, self.eqn = source, eqn
-        self.in_types, self.floats, self.outs_float = in_types, floats, outs_float
-        self._graph = None
-
-    def __call__(self) -> Graph:
-        if self._graph is None:
-            self._graph = self._build()
-        return self._graph
-
-    def _build(self) -> Graph:
-        import jax
-
-        from ...errors import UnsupportedPrimitiveError
-        from ..interpreter import Lowering, aval_type
-
-        eqn, floats, outs_float = self.eqn, self.floats, self.outs_float
-        bind_params = eqn.primitive.get_bind_params(eqn.params)
-
-        def bwd(xs, cts):
-            def f(*fx):
-                it = iter(fx)
-                full = [next(it) if fl else x for fl, x in zip(floats, xs)]
-                outs = eqn.primitive.bind(*full, **bind_params)
-                return [o for o, fl in zip(outs, outs_float) if fl]
-
-            _, vjp = jax.vjp(f, *[x for fl, x in zip(floats, xs) if fl])
-            return vjp(list(cts))
-
-        in_specs = [jax.ShapeDtypeStruct(a.aval.shape, a.aval.dtype) for a in eqn.invars]
-        ct_specs = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
-                    for v, fl in zip(eqn.outvars, outs_float) if fl]
-        try:
-            closed = jax.make_jaxpr(bwd)(in_specs, ct_specs)
-        except Exception as e:  # the user's rule failed to trace: say whose rule
-            raise UnsupportedPrimitiveError(
-                eqn.primitive.name, self.source,
-                f"its custom derivative rule could not be traced: {type(e).__name__}: {e}"
-            ) from e
-        g = Graph("custom_bwd")
-        sub = Lowering(g)
-        sub.source, sub.primitive = self.source, eqn.primitive.name
-        ins = [g.add_input(f"in{i}", t) for i, t in enumerate(self.in_types)]
-        cts = [g.add_input(f"ct{i}", aval_type(s)) for i, s in enumerate(ct_specs)]
-        outs = sub.eval_jaxpr(closed.jaxpr, closed.consts, ins + cts)
-        for i, v in enumerate(outs):
-            g.add_output(f"ct_in{i}", v)
-        return g
-
-
 # -- control flow: region-carrying RLX ops ---------------------------------------------------
 def _region(ctx, name, closed, in_types):
     """Translate a closed jaxpr into a region graph taking values of ``in_types``."""
-    from ..interpreter import Lowering
-
     g = Graph(name)
-    sub = Lowering(g)
+    sub = type(ctx)(g, ctx.custom_rules)  # a Lowering like ctx, sharing its rule table
     sub.source, sub.primitive = ctx.source, ctx.primitive
     ins = [g.add_input(f"in{i}", t) for i, t in enumerate(in_types)]
     outs = _inline(sub, closed, ins)

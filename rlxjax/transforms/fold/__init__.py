@@ -37,7 +37,6 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ...ir import Graph, Node
-from ...ir.control import REGION_OPS
 from ...ir.ops import OPS
 from ..regions import all_regions
 from . import elementwise, indexing, linear, reduction, shape  # noqa: F401  (register)
@@ -48,17 +47,17 @@ FOLD_MAX_GROWTH = 256
 def _region_consts(node: Node):
     """(region, operand positions, region input positions) of the operands of a region op
     that reach the region unchanged in every iteration (not loop-carried)."""
-    p = node.params
+    p, r = node.params, node.regions
     if node.op == "cond":
         n = len(node.inputs) - 1
-        return [(g, list(range(1, 1 + n)), list(range(n))) for g in p["branches"]]
+        return [(g, list(range(1, 1 + n)), list(range(n))) for g in r["branches"]]
     if node.op == "while":
         nc, nb = p["n_cond_consts"], p["n_body_consts"]
-        return [(p["cond"], list(range(nc)), list(range(nc))),
-                (p["body"], list(range(nc, nc + nb)), list(range(nb)))]
+        return [(r["cond"], list(range(nc)), list(range(nc))),
+                (r["body"], list(range(nc, nc + nb)), list(range(nb)))]
     if node.op == "scan":
         nc = p["num_consts"]
-        return [(p["body"], list(range(nc)), list(range(nc)))]
+        return [(r["body"], list(range(nc)), list(range(nc)))]
     return []
 
 
@@ -66,7 +65,7 @@ def fold_constants(graph: Graph, precision: str = "fp32") -> int:
     """Fold ``graph`` and every region in it, in place; returns how many nodes were
     replaced by constants."""
     shared = set()
-    if any(n.op in REGION_OPS for n in graph.nodes):
+    if any(n.regions for n in graph.nodes):
         uses = Counter(id(g) for g in all_regions(graph))
         shared = {k for k, n in uses.items() if n > 1}
     return _Folder(precision, shared).fold(graph)

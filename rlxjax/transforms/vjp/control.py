@@ -19,22 +19,20 @@ from .registry import refuse_vjp, vjp_rule
 
 @vjp_rule("cond")
 def _cond(ctx, node, cts, needs):
-    from ..grad import backward_seeded  # late import: grad imports the vjp rules
-
     operands = node.inputs[1:]
     want = [need and v.dtype.is_float for need, v in zip(needs[1:], operands)]
     live = [(i, c) for i, c in enumerate(cts) if c is not None]
     if not any(want) or not live:
         return [None] * len(node.inputs)
     branches = []
-    for k, g in enumerate(node.params["branches"]):
+    for k, g in enumerate(node.regions["branches"]):
         bg = Graph(f"{g.name}_vjp")
         ins = [bg.add_input(f"in{i}", v.type) for i, v in enumerate(operands)]
         ct_ins = [bg.add_input(f"ct{i}", c.type) for i, c in live]
         outs = inline(bg, g, ins)
         seeds = [(outs[i], ct) for (i, _), ct in zip(live, ct_ins)]
         wrt = [v for v, w in zip(ins, want) if w]
-        for j, grad in enumerate(backward_seeded(bg, seeds, wrt)):
+        for j, grad in enumerate(ctx.backward_seeded(bg, seeds, wrt)):
             bg.add_output(f"ct_in{j}", grad)
         dce(bg)
         branches.append(bg)
@@ -53,12 +51,10 @@ def _scan(ctx, node, cts, needs):
     """The backward pass of a scan is a scan running the other way: step t recomputes the
     forward step from its saved input carry (regions.save_scan_carries) and applies that
     step's VJP; the cotangents of the consts are summed in its carry."""
-    from ..grad import backward_seeded  # late import: grad imports the vjp rules
-
     p = node.params
     if not p.get("saved_carries"):
         raise RlxError("internal: a scan reached the grad transform without saved carries")
-    body, nc, nk = p["body"], p["num_consts"], p["num_carry"]
+    body, nc, nk = node.regions["body"], p["num_consts"], p["num_carry"]
     ins = list(node.inputs)
     consts, init, xs = ins[:nc], ins[nc:nc + nk], ins[nc + nk:]
     ny = len(node.outputs) - 2 * nk
@@ -81,7 +77,7 @@ def _scan(ctx, node, cts, needs):
     seeds = list(zip([v for v, f in zip(outs[:nk], fk) if f], s_ck))
     seeds += list(zip([v for v, f in zip(outs[nk:nk + ny], fy) if f], s_cy))
     wrt = [v for v, f in zip(s_in, fc + fk + fx) if f]
-    for i, g in enumerate(backward_seeded(step, seeds, wrt)):
+    for i, g in enumerate(ctx.backward_seeded(step, seeds, wrt)):
         step.add_output(f"ct{i}", g)
     dce(step)
     n_fc, n_fk = sum(fc), sum(fk)
@@ -117,7 +113,12 @@ def _scan(ctx, node, cts, needs):
 
 @vjp_rule("custom_vjp")
 def _custom_vjp(ctx, node, cts, needs):
-    bwd = node.params["bwd"]()
+    # The rule is a JAX object: the trace that made the node keeps it (frontend
+    # custom_rules.py), and builds its backward region only now, when it is needed.
+    if ctx.custom_backward is None:
+        raise RlxError(f"custom_vjp {node.params['name']}: the grad transform was given no "
+                       "custom derivative rules (pass the trace's custom_rules.backward)")
+    bwd = ctx.custom_backward(node.params["rule"])
     ct_vals = [ctx.instantiate(c, v.type) for c, v in zip(cts, node.outputs)
                if v.dtype.is_float]
     grads = iter(inline(ctx.graph, bwd, list(node.inputs) + ct_vals, ctx.source))
