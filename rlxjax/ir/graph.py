@@ -6,7 +6,8 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .types import TensorType, Typed, dtype_from_numpy
+from .builder import Builder
+from .types import TensorType, Typed
 
 
 def _freeze(v: Any) -> Any:
@@ -143,13 +144,11 @@ class Graph:
         return node
 
     def add(self, op: str, *inputs: Value, source: Optional[str] = None, **params) -> Value:
-        """Add a single-output node and return its value."""
-        return self.add_node(op, inputs, params, source).output
+        """Add a single-output node and return its value (a ``Builder`` shortcut)."""
+        return Builder(self, source).add(op, *inputs, **params)
 
-    def constant(self, value, dtype=None) -> Value:
-        arr = np.asarray(value, dtype=dtype)
-        dtype_from_numpy(arr.dtype)  # reject int64/float64 early with a clear message
-        return self.add_node("constant", (), {"value": arr}).output
+    def constant(self, value, dtype=None, source: Optional[str] = None) -> Value:
+        return Builder(self, source).constant(value, dtype)
 
     def add_output(self, name: str, value: Value) -> None:
         self.outputs.append((name, value))
