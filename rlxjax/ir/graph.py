@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import struct
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -22,13 +23,24 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-def _key(v: Any) -> Any:
-    """A hashable key for a frozen parameter value (arrays hash by content)."""
+def param_key(v: Any) -> Any:
+    """A hashable key for a parameter value: equal keys mean interchangeable values. Arrays
+    key by content; floats by their bits (0.0 and -0.0 differ, as they do for ``1 / x``; a
+    NaN equals itself); every key names its type (1, 1.0 and True differ). Other values
+    key by themselves (region graphs and callables: by identity); unhashable values raise
+    TypeError. Params equality and CSE (transforms/cse.py) both use it."""
     if isinstance(v, np.ndarray):
         return ("ndarray", v.dtype.str, v.shape, v.tobytes())
-    if isinstance(v, tuple):
-        return tuple(_key(x) for x in v)
-    return v
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__,) + tuple(param_key(x) for x in v)
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, np.generic):
+        return ("np", v.dtype.str, v.tobytes())
+    if isinstance(v, dict):
+        return ("dict",) + tuple(sorted((k, param_key(x)) for k, x in v.items()))
+    hash(v)
+    return (type(v).__name__, v)
 
 
 class Params(Mapping[str, Any]):
@@ -51,7 +63,7 @@ class Params(Mapping[str, Any]):
         return len(self._items)
 
     def key(self):
-        return tuple((k, _key(v)) for k, v in self._items.items())
+        return tuple((k, param_key(v)) for k, v in self._items.items())
 
     def __hash__(self):
         if self._hash is None:
