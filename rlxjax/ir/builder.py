@@ -74,6 +74,22 @@ class Builder:
             return zero
         return self.add("broadcast_in_dim", zero, shape=tuple(t.shape), dims=())
 
+    # -- shape ops that are skipped when they would change nothing ----------------------
+    def reshape(self, x: "Value", shape) -> "Value":
+        shape = tuple(shape)
+        return x if tuple(x.shape) == shape else self.add("reshape", x, shape=shape)
+
+    def transpose(self, x: "Value", perm) -> "Value":
+        perm = tuple(int(p) for p in perm)
+        return x if perm == tuple(range(len(perm))) else self.add("transpose", x, perm=perm)
+
+    def broadcast(self, x: "Value", shape, dims) -> "Value":
+        """``broadcast_in_dim``: x's dim i becomes dim ``dims[i]`` of ``shape``."""
+        shape, dims = tuple(shape), tuple(dims)
+        if tuple(x.shape) == shape and dims == tuple(range(len(shape))):
+            return x
+        return self.add("broadcast_in_dim", x, shape=shape, dims=dims)
+
 
 class _At:
     """The context manager of ``Builder.at`` (a class: cheaper than a generator, and the

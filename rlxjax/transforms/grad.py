@@ -35,7 +35,7 @@ class GradContext(Builder):
         axes = tuple(range(lead)) + tuple(
             lead + i for i, d in enumerate(shape) if d == 1 and ct.shape[lead + i] != 1)
         r = self.add("reduce_sum", ct, axes=axes) if axes else ct
-        return r if tuple(r.shape) == shape else self.add("reshape", r, shape=shape)
+        return self.reshape(r, shape)
 
 
 def _differentiable(v: Value) -> bool:
