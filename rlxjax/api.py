@@ -18,11 +18,8 @@ from .errors import ArgumentError
 from .frontend import Traced, arg_names, trace
 from .ir import Graph, TensorType, dtype_from_numpy
 from .runtime import make_backend, resolve_backend
-from .transforms.recognize_norms import recognize_norms
-from .transforms.regions import all_regions, inline_custom_calls
 from .coreml.mil_cse import mil_cse
-from .transforms.fold import fold_constants
-from .transforms.simplify import simplify
+from .transforms import pipeline
 from .frontend.rules.random import reject_prng_key
 
 
@@ -193,7 +190,7 @@ class Lowered:
     @_without_gc
     def compile(self) -> Compiled:
         tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
-        fold_constants(self.graph, self.precision)  # the last RLX pass, regions included
+        pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
                                        states=self.states)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
@@ -249,16 +246,9 @@ class CoreMLFunction:
             lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
             else x, list(dyn))
         traced = trace(positional, specs, self._names(len(args)))
-        # Decomposed norms (flax, equinox, hand-written) become RLX norm nodes before any
-        # other transform, so the grad transform pairs them with their fused backward.
-        # Regions (cond branches, loop bodies) too: a norm in a scanned layer keeps its
-        # fused backward when the grad transform unrolls the scan.
-        for g in [traced.graph, *all_regions(traced.graph)]:
-            recognize_norms(g)
+        pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
         traced = self._transform(traced, args)
-        inline_custom_calls(traced.graph)
-        for g in [traced.graph, *all_regions(traced.graph)]:
-            simplify(g)
+        pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
         return Lowered(traced, self.target, self.precision, self.backend)
 
     def _transform(self, traced: Traced, args) -> Traced:

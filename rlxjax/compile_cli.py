@@ -17,9 +17,10 @@ from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
+from .ir import DType
+
 # short name (what rlxjax prints) and the numpy spelling, both accepted
-DTYPES = {"f32": "float32", "f16": "float16", "i32": "int32", "i8": "int8", "u8": "uint8",
-          "bool": "bool"}
+DTYPES = {d.value: d.np.name for d in DType}
 _LONG = {v: k for k, v in DTYPES.items()}
 _SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\[([^\[\]]*)\]\s*$")
 

@@ -9,14 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import rlxjax
 import rlxjax.nn
 from rlxjax.ir import Graph, TensorType, DType
 from rlxjax.ir.ops import OPS
-from rlxjax.transforms.fold import fold_constants
+from rlxjax.transforms.fold import FOLD_MAX_GROWTH, fold_constants
 
 pytestmark = pytest.mark.reference_backend  # bit-identity with the MIL program's semantics
 
@@ -62,8 +62,17 @@ def check_fold(fn, *consts, ulps=0, jax_ulps=None, precision="fp32"):
     got = folded()
     _same(got, unfolded(*consts), ulps)
     if precision == "fp32":
-        _same(got, jax.jit(fn)(*consts), ulps if jax_ulps is None else jax_ulps)
+        _same(_flush_subnormals(got), jax.jit(fn)(*consts), ulps if jax_ulps is None else jax_ulps)
     return got
+
+
+def _flush_subnormals(a):
+    """``a`` with subnormal floats flushed to zero, as XLA on CPU computes them (numpy and
+    the reference backend keep them: 2**-126 / 2 is 2**-127 there, 0 in JAX)."""
+    a = np.asarray(a)
+    if a.dtype.kind != "f":
+        return a
+    return np.where(np.abs(a) < np.finfo(a.dtype).tiny, np.zeros_like(a), a).astype(a.dtype)
 
 
 # -- elementwise ---------------------------------------------------------------------
@@ -194,6 +203,8 @@ SHAPE = {  # on arrays of rank >= 1 with every dim >= 2
 @PER_OP
 @given(hnp.array_shapes(min_dims=1, max_dims=3, min_side=2, max_side=4).flatmap(_floats))
 def test_shape_and_indexing_ops_fold_bit_exactly(name, x):
+    # results larger than the size policy stay ops (test_large_broadcasts_stay_ops_but_their_reductions_fold): not this test's case
+    assume(np.asarray(jax.eval_shape(SHAPE[name], x).shape).prod() <= FOLD_MAX_GROWTH)
     # a cumulative sum's accumulation order is JAX's choice: with cancellation (x = [-1, 0.15,
     # 1]) ulps of the result are meaningless, so compare to fp32 tolerance, as for sums
     check_fold(SHAPE[name], x, jax_ulps="sum" if "cumsum" in name else None)
@@ -279,7 +290,7 @@ def test_a_model_of_constants_and_inputs_is_bit_identical_without_folding(monkey
     """Folding changes where values are computed, not what: a model whose weights are
     closed-over constants computes the same bits folded and unfolded (its ops lower to
     one MIL op each, computed with the same numpy kernels by the reference backend)."""
-    import rlxjax.api
+    from rlxjax.transforms import pipeline
 
     r = np.random.default_rng(0)
     w1, w2 = r.standard_normal((8, 16)).astype(F32), r.standard_normal((16, 4)).astype(F32)
@@ -294,7 +305,7 @@ def test_a_model_of_constants_and_inputs_is_bit_identical_without_folding(monkey
     x = r.standard_normal((3, 8)).astype(F32)
     on = rlxjax.coreml_jit(model, backend="reference").lower(x).compile()
     with monkeypatch.context() as m:
-        m.setattr(rlxjax.api, "fold_constants", lambda *a, **k: 0)
+        m.setattr(pipeline, "BEFORE_LOWERING", ())  # no folding
         off = rlxjax.coreml_jit(model, backend="reference").lower(x).compile()
     assert on.cost_analysis()["mil_ops"] < off.cost_analysis()["mil_ops"]
     on.validate()

@@ -252,7 +252,8 @@ def _code(names):
 
 
 def row(prim):
-    fn_name = RULES[prim].__module__.rsplit(".", 1)[-1]
+    # the family: the module (or package, as for indexing/) under frontend/rules/
+    fn_name = RULES[prim].__module__.split(".rules.", 1)[1].split(".")[0]
     if prim in RANDOM_PRIMITIVES:
         return [prim, fn_name, "refused (see below)", "—", "—", "—"]
     if fn_name == "control" and prim not in EXAMPLES and prim != "empty":

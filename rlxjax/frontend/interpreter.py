@@ -12,6 +12,7 @@ from jax.extend import core as jex_core
 
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Dyn, Graph, TensorType, Value, dtype_from_numpy
+from ..ir.builder import Builder
 from . import uint32, zerosize
 from .registry import RULES
 from .rules.random import reject_prng_key
@@ -36,37 +37,18 @@ def aval_type(aval, carry_u32: bool = False) -> TensorType:
     return TensorType(shape, dtype_from_numpy(aval.dtype))
 
 
-class Lowering:
-    """State of one jaxpr -> graph translation."""
+class Lowering(Builder):
+    """State of one jaxpr -> graph translation: a Builder whose source is the equation
+    being translated, with uint32 range proofs on its constants (uint32.py)."""
 
     def __init__(self, graph: Graph, custom_rules=None):
-        self.graph = graph
+        self.u32_ranges = uint32.Ranges()  # value id -> proven [lo, hi]
+        super().__init__(graph, on_constant=self.u32_ranges.constant)
         # custom_rules.CustomRules of the trace (None: custom calls are inlined, for
         # translations that are never differentiated)
         self.custom_rules = custom_rules
-        self.source: Optional[str] = None
         self.primitive: Optional[str] = None
-        self.u32_ranges: Dict[int, tuple] = {}  # value id -> proven [lo, hi] (uint32.py)
         self.made_empty = False  # zero-size constants were made (zerosize.py): run DCE
-
-    # Helpers for rules ---------------------------------------------------------------
-    def add(self, op: str, *inputs: Value, **params) -> Value:
-        return self.graph.add_node(op, inputs, params, self.source).output
-
-    def add_multi(self, op: str, inputs: Sequence[Value], **params):
-        return self.graph.add_node(op, inputs, params, self.source).outputs
-
-    def constant(self, value, dtype=None) -> Value:
-        arr = np.asarray(value, dtype=dtype)
-        r = None
-        if arr.dtype == uint32.U32:
-            r = uint32.constant_range(self, arr)
-            arr = arr.astype(np.int32)
-        dtype_from_numpy(arr.dtype)
-        v = self.graph.add_node("constant", (), {"value": arr}, self.source).output
-        if r is not None:
-            self.u32_ranges[v.id] = r
-        return v
 
     def unsupported(self, detail: str = "") -> UnsupportedPrimitiveError:
         return UnsupportedPrimitiveError(self.primitive or "?", self.source, detail)
@@ -74,33 +56,45 @@ class Lowering:
     # The interpreter -------------------------------------------------------------------
     def eval_jaxpr(self, jaxpr, consts: Sequence[Any], args: Sequence[Value]) -> List[Value]:
         env: Dict[Any, Value] = {}
+        # Values the function closes over become constants where an equation first reads
+        # them, so they carry that equation's source line like every other node.
+        closed: Dict[Any, Any] = {}
 
         def read(atom) -> Value:
             if isinstance(atom, jex_core.Literal):
                 return self.constant(np.asarray(atom.val, dtype=atom.aval.dtype))
-            return env[atom]
+            v = env.get(atom)
+            if v is None:
+                v = env[atom] = self.constant(np.asarray(closed.pop(atom)))
+            return v
 
         for var, c in zip(jaxpr.constvars, consts):
             reject_prng_key(c, "a value the function closes over")
-            env[var] = c if isinstance(c, Value) else self.constant(np.asarray(c))
+            if isinstance(c, Value):
+                env[var] = c
+            else:
+                closed[var] = c
         if len(args) != len(jaxpr.invars):
             raise RlxError(f"internal: jaxpr takes {len(jaxpr.invars)} args, got {len(args)}")
         for var, a in zip(jaxpr.invars, args):
             env[var] = a
         for eqn in jaxpr.eqns:
-            outs = self.eval_eqn(eqn, [read(a) for a in eqn.invars])
+            outs = self.eval_eqn(eqn, read)
             for var, v in zip(eqn.outvars, outs):
                 if not isinstance(var, jex_core.DropVar):
                     env[var] = v
         return [read(a) for a in jaxpr.outvars]
 
-    def eval_eqn(self, eqn, inputs: List[Value]) -> List[Value]:
+    def eval_eqn(self, eqn, read) -> List[Value]:
+        """Translate one equation; ``read`` gives the value of each of its input atoms
+        (called under the equation's source line: literals are constants built here)."""
         name = eqn.primitive.name
         saved = (self.source, self.primitive)
         # Equations inside library jaxprs (jnp.linalg, flax) carry no user frame: report
         # the user's line of the enclosing call instead.
         self.source, self.primitive = source_line(eqn) or saved[0], name
         try:
+            inputs = [read(a) for a in eqn.invars]
             fn = RULES.get(name)
 
             def run():

@@ -59,6 +59,19 @@ def constant_range(ctx, arr: np.ndarray) -> Range:
     return (lo, hi)
 
 
+class Ranges(dict):
+    """value id -> proven ``[lo, hi]`` of a uint32 value carried as int32; its
+    ``constant`` is the frontend Builder's constant hook (ir/builder.py)."""
+
+    def constant(self, builder, arr: np.ndarray, make):
+        if arr.dtype != U32:
+            return make(arr)
+        r = constant_range(builder, arr)
+        v = make(arr.astype(np.int32))
+        self[v.id] = r
+        return v
+
+
 def _union(rs: Sequence[Range]) -> Range:
     return (min(r[0] for r in rs), max(r[1] for r in rs))
 

@@ -14,11 +14,13 @@ back (ir/printer.py, ir/parser.py).
 from __future__ import annotations
 
 import itertools
+import struct
 import types
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .builder import Builder
 from .ops import OPS, infer_types
 from .printer import format_graph, format_params
 from .types import DType, Dyn, TensorType, Typed, dtype_from_numpy
@@ -43,13 +45,24 @@ def _freeze(v: Any) -> Any:
     return v
 
 
-def _key(v: Any) -> Any:
-    """A hashable key for a frozen parameter value (arrays hash by content)."""
+def param_key(v: Any) -> Any:
+    """A hashable key for a parameter value: equal keys mean interchangeable values. Arrays
+    key by content; floats by their bits (0.0 and -0.0 differ, as they do for ``1 / x``; a
+    NaN equals itself); every key names its type (1, 1.0 and True differ). Other values
+    key by themselves (region graphs and callables: by identity); unhashable values raise
+    TypeError. Params equality and CSE (transforms/cse.py) both use it."""
     if isinstance(v, np.ndarray):
         return ("ndarray", v.dtype.str, v.shape, v.tobytes())
-    if isinstance(v, tuple):
-        return tuple(_key(x) for x in v)
-    return v
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__,) + tuple(param_key(x) for x in v)
+    if isinstance(v, float):
+        return ("float", struct.pack("<d", v))
+    if isinstance(v, np.generic):
+        return ("np", v.dtype.str, v.tobytes())
+    if isinstance(v, dict):
+        return ("dict",) + tuple(sorted((k, param_key(x)) for k, x in v.items()))
+    hash(v)
+    return (type(v).__name__, v)
 
 
 class Params(Mapping[str, Any]):
@@ -72,7 +85,7 @@ class Params(Mapping[str, Any]):
         return len(self._items)
 
     def key(self):
-        return tuple((k, _key(v)) for k, v in self._items.items())
+        return tuple((k, param_key(v)) for k, v in self._items.items())
 
     def __hash__(self):
         if self._hash is None:
@@ -186,13 +199,11 @@ class Graph:
         return node
 
     def add(self, op: str, *inputs: Value, source: Optional[str] = None, **params) -> Value:
-        """Add a single-output node and return its value."""
-        return self.add_node(op, inputs, params, source).output
+        """Add a single-output node and return its value (a ``Builder`` shortcut)."""
+        return Builder(self, source).add(op, *inputs, **params)
 
-    def constant(self, value, dtype=None) -> Value:
-        arr = np.asarray(value, dtype=dtype)
-        dtype_from_numpy(arr.dtype)  # reject int64/float64 early with a clear message
-        return self.add_node("constant", (), {"value": arr}).output
+    def constant(self, value, dtype=None, source: Optional[str] = None) -> Value:
+        return Builder(self, source).constant(value, dtype)
 
     def add_output(self, name: str, value: Value) -> None:
         self.outputs.append((name, value))

@@ -1,7 +1,7 @@
 """The indexing family of RLX ops: gathers, scatters, dynamic slices, cumulative sums.
 
 JAX's general ``gather`` / ``scatter`` (dimension numbers, modes) are normalised by the
-frontend (frontend/rules/indexing.py) into the two canonical forms here, whose indices are
+frontend (frontend/rules/indexing/) into the two canonical forms here, whose indices are
 always in range: out-of-range handling (clip, fill, drop) is made explicit in the graph
 before these ops see the indices.
 

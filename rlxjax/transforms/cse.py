@@ -31,22 +31,6 @@ def _mergeable(node) -> bool:
     return opdef is not None and opdef.pure and not opdef.regions
 
 
-def _frozen(v):
-    """A hashable, equality-preserving key for a parameter value."""
-    if isinstance(v, np.ndarray):
-        return ("nd", v.dtype.str, v.shape, v.tobytes())
-    if isinstance(v, (tuple, list)):
-        return (type(v).__name__,) + tuple(_frozen(x) for x in v)
-    if isinstance(v, dict):
-        return ("dict",) + tuple(sorted((k, _frozen(x)) for k, x in v.items()))
-    if isinstance(v, float) and v == 0.0:
-        return ("f0", str(v))  # keep 0.0 and -0.0 apart
-    if isinstance(v, (np.generic,)):
-        return ("np", v.dtype.str, v.tobytes())
-    hash(v)
-    return (type(v).__name__, v)
-
-
 def cse(graph: Graph) -> int:
     """Merge duplicate nodes; returns how many were removed."""
     seen: Dict[tuple, object] = {}
@@ -59,8 +43,7 @@ def cse(graph: Graph) -> int:
         if not _mergeable(node):
             continue
         try:
-            key = (node.op, tuple(v.id for v in node.inputs),
-                   tuple(sorted((k, _frozen(p)) for k, p in node.params.items())))
+            key = (node.op, tuple(v.id for v in node.inputs), node.params.key())
         except TypeError:  # an unhashable parameter: leave the node alone
             continue
         prev = seen.get(key)

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import Graph, TensorType, Value, verify
+from ..ir.builder import Builder
 from . import vjp  # noqa: F401  (registers the rules)
 from .regions import save_scan_carries
 from .rewrite import dce
@@ -25,36 +24,18 @@ from ..ir.ops import OPS
 CustomBackward = Callable[[int], Graph]
 
 
-class GradContext:
-    """What VJP rules build with: nodes appended to the graph under differentiation."""
+class GradContext(Builder):
+    """What VJP rules build with: the Builder of the graph under differentiation (each
+    rule builds under the source line of the node it differentiates), with the cotangent
+    helpers below and the custom rules' backward regions (``custom_backward``)."""
 
     def __init__(self, graph: Graph, custom_backward: Optional[CustomBackward] = None):
-        self.graph = graph
-        self.source: Optional[str] = None
+        super().__init__(graph)
         self.custom_backward = custom_backward
 
     def backward_seeded(self, graph: Graph, seeds, wrt) -> List[Value]:
         """``backward_seeded`` on another graph (a region's VJP), same custom rules."""
         return backward_seeded(graph, seeds, wrt, self.custom_backward)
-
-    def add(self, op: str, *inputs: Value, **params) -> Value:
-        return self.graph.add_node(op, inputs, params, self.source).output
-
-    def add_multi(self, op: str, inputs: Sequence[Value], **params):
-        return self.graph.add_node(op, inputs, params, self.source).outputs
-
-    def constant(self, value, dtype=None) -> Value:
-        return self.graph.add_node("constant", (), {"value": np.asarray(value, dtype=dtype)},
-                                   self.source).output
-
-    def scalar(self, v, like: Value) -> Value:
-        return self.constant(np.asarray(v, dtype=like.dtype.np))
-
-    def zeros(self, t: TensorType) -> Value:
-        zero = self.constant(np.zeros((), t.dtype.np))
-        if t.rank == 0:
-            return zero
-        return self.add("broadcast_in_dim", zero, shape=tuple(t.shape), dims=())
 
     def instantiate(self, ct: Optional[Value], t: TensorType) -> Value:
         return self.zeros(t) if ct is None else ct
@@ -68,7 +49,7 @@ class GradContext:
         axes = tuple(range(lead)) + tuple(
             lead + i for i, d in enumerate(shape) if d == 1 and ct.shape[lead + i] != 1)
         r = self.add("reduce_sum", ct, axes=axes) if axes else ct
-        return r if tuple(r.shape) == shape else self.add("reshape", r, shape=shape)
+        return self.reshape(r, shape)
 
 
 def _differentiable(v: Value) -> bool:
@@ -112,11 +93,15 @@ def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]]
     forward = list(graph.nodes)
     ctx = GradContext(graph, custom_backward)
     cts: Dict[int, Value] = {}
-    for v, ct in seeds:
-        if v.id not in active:
-            continue
-        ct = ctx.scalar(1.0, v) if ct is None else ct
-        cts[v.id] = ct if v.id not in cts else ctx.add("add", cts[v.id], ct)
+    # The seeds (and the zero gradients of inputs the loss does not read) are built under
+    # the loss's line; everything else under the line of the node being differentiated.
+    seed_source = next((v.node.source for v, _ in seeds if v.node is not None), None)
+    with ctx.at(seed_source):
+        for v, ct in seeds:
+            if v.id not in active:
+                continue
+            ct = ctx.scalar(1.0, v) if ct is None else ct
+            cts[v.id] = ct if v.id not in cts else ctx.add("add", cts[v.id], ct)
 
     for node in reversed(forward):
         out_cts = [cts.get(v.id) for v in node.outputs]
@@ -129,16 +114,18 @@ def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]]
         if rule is None:
             raise UnsupportedPrimitiveError(node.op, node.source,
                                             "rlxjax has no gradient rule for this op yet")
-        ctx.source = node.source
-        in_cts = rule(ctx, node, out_cts, needs)
-        for v, c, need in zip(node.inputs, in_cts, needs):
-            if c is None or not need:
-                continue
-            if c.type != v.type:
-                raise RlxError(f"internal: VJP of {node.op} gave {c.type} for input {v.type}")
-            prev = cts.get(v.id)
-            cts[v.id] = c if prev is None else ctx.add("add", prev, c)
-    return [ctx.instantiate(cts.get(v.id), v.type) for v in wrt]
+        with ctx.at(node.source):
+            in_cts = rule(ctx, node, out_cts, needs)
+            for v, c, need in zip(node.inputs, in_cts, needs):
+                if c is None or not need:
+                    continue
+                if c.type != v.type:
+                    raise RlxError(f"internal: VJP of {node.op} gave {c.type} for input "
+                                   f"{v.type}")
+                prev = cts.get(v.id)
+                cts[v.id] = c if prev is None else ctx.add("add", prev, c)
+    with ctx.at(seed_source):
+        return [ctx.instantiate(cts.get(v.id), v.type) for v in wrt]
 
 
 def grad_graph(graph: Graph, loss_index: int, wrt_indices: Sequence[int],

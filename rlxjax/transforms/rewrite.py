@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Sequence
 
 from ..ir import Graph, Node, Value
+from ..ir.builder import Builder
 
 
 def users(graph: Graph) -> Dict[int, List[Node]]:
@@ -50,28 +51,19 @@ def insert_before(graph: Graph, anchor: Node, new_nodes: Sequence[Node]) -> None
     graph.nodes = rest[:i] + list(new_nodes) + rest[i:]
 
 
-class Appender:
-    """Build replacement nodes with the graph's own type inference, then place them."""
+class Appender(Builder):
+    """A Builder for replacements: it builds under the source line of the node being
+    replaced (pass it as ``source``), remembers what it built, and ``place_before`` moves
+    those nodes in front of that node."""
 
     def __init__(self, graph: Graph, source=None):
-        self.graph = graph
-        self.source = source
+        super().__init__(graph, source)
         self.nodes: List[Node] = []
 
     def add_node(self, op: str, inputs: Iterable[Value], **params) -> Node:
-        n = self.graph.add_node(op, list(inputs), params, self.source)
+        n = super().add_node(op, tuple(inputs), **params)
         self.nodes.append(n)
         return n
-
-    def add(self, op: str, *inputs: Value, **params) -> Value:
-        return self.add_node(op, inputs, **params).output
-
-    def constant(self, value, dtype=None) -> Value:
-        import numpy as np
-
-        n = self.graph.add_node("constant", (), {"value": np.asarray(value, dtype=dtype)})
-        self.nodes.append(n)
-        return n.output
 
     def place_before(self, anchor: Node) -> None:
         insert_before(self.graph, anchor, self.nodes)

@@ -16,11 +16,6 @@ from ..registry import rule
 MAX_SPATIAL = 3  # MIL conv takes 1 to 3 spatial dims
 
 
-def _transpose(ctx, x, perm):
-    perm = tuple(int(p) for p in perm)
-    return x if perm == tuple(range(len(perm))) else ctx.add("transpose", x, perm=perm)
-
-
 @rule("conv_general_dilated")
 def _conv_general_dilated(ctx, eqn, lhs, rhs):
     p = eqn.params
@@ -40,8 +35,8 @@ def _conv_general_dilated(ctx, eqn, lhs, rhs):
     if any(d == 0 for d in tuple(lhs.shape) + tuple(rhs.shape)):
         raise ctx.unsupported(f"an empty operand ({lhs.type}, {rhs.type})")
     lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
-    x = _transpose(ctx, lhs, lhs_spec)
-    w = _transpose(ctx, rhs, rhs_spec)
+    x = ctx.transpose(lhs, lhs_spec)
+    w = ctx.transpose(rhs, rhs_spec)
     y = ctx.add("conv", x, w,
                 strides=tuple(int(s) for s in p["window_strides"]),
                 padding=tuple((int(lo), int(hi)) for lo, hi in p["padding"]),
@@ -51,4 +46,4 @@ def _conv_general_dilated(ctx, eqn, lhs, rhs):
                 batch_groups=int(p["batch_group_count"]))
     if any(d == 0 for d in y.shape):
         raise ctx.unsupported(f"a convolution with an empty result {y.type}")
-    return _transpose(ctx, y, np.argsort(out_spec))
+    return ctx.transpose(y, np.argsort(out_spec))

@@ -12,7 +12,7 @@ def _reshape(ctx, eqn, x):
     if dims is not None:
         # lax.reshape(x, shape, dimensions): transpose by `dimensions`, then reshape (JAX's
         # reduce_prod JVP emits one).
-        x = _transpose_by(ctx, x, tuple(int(d) for d in dims))
+        x = ctx.transpose(x, tuple(int(d) for d in dims))
     shape = tuple(eqn.params["new_sizes"])
     if shape == x.shape:
         return x
@@ -32,24 +32,15 @@ def _expand_dims(ctx, eqn, x):
     return ctx.add("reshape", x, shape=shape)
 
 
-def _transpose_by(ctx, x, perm):
-    if perm == tuple(range(len(perm))):
-        return x
-    return ctx.add("transpose", x, perm=perm)
-
-
 @rule("transpose")
 def _transpose(ctx, eqn, x):
-    return _transpose_by(ctx, x, tuple(int(p) for p in eqn.params["permutation"]))
+    return ctx.transpose(x, tuple(int(p) for p in eqn.params["permutation"]))
 
 
 @rule("broadcast_in_dim")
 def _broadcast_in_dim(ctx, eqn, x):
     shape = tuple(eqn.params["shape"])
-    dims = tuple(int(d) for d in eqn.params["broadcast_dimensions"])
-    if shape == x.shape and dims == tuple(range(len(shape))):
-        return x
-    return ctx.add("broadcast_in_dim", x, shape=shape, dims=dims)
+    return ctx.broadcast(x, shape, tuple(int(d) for d in eqn.params["broadcast_dimensions"]))
 
 
 @rule("rev")

@@ -94,7 +94,7 @@ def _scan(ctx, node, cts, needs):
     r_cy = [rb.add_input(f"ct_y{i}", t.type) for i, t in enumerate(b_outs[nk:nk + ny]) if fy[i]]
     g = inline(rb, step, r_consts + r_carry + r_x + r_ck + r_cy)
     g_c, g_k, g_x = g[:n_fc], g[n_fc:n_fc + n_fk], g[n_fc + n_fk:]
-    new_acc = [rb.add_node("add", (a, b), {}).output for a, b in zip(r_acc, g_c)]
+    new_acc = [rb.add_node("add", (a, b), {}, ctx.source).output for a, b in zip(r_acc, g_c)]
     for i, v in enumerate(g_k + new_acc + g_x):
         rb.add_output(f"out{i}", v)
 

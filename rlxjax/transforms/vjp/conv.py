@@ -23,11 +23,6 @@ def _swap01(ctx, v):
     return ctx.add("transpose", v, perm=(1, 0, *range(2, v.type.rank)))
 
 
-def _reshape(ctx, v, shape):
-    shape = tuple(shape)
-    return v if tuple(v.shape) == shape else ctx.add("reshape", v, shape=shape)
-
-
 def _dilated(p, x_spatial, k_spatial, y_spatial):
     """(input, kernel, output) spatial sizes after lhs dilation, rhs dilation, stride."""
     return ([dilate(s, d) for s, d in zip(x_spatial, p["lhs_dilation"])],
@@ -39,9 +34,9 @@ def _lhs_ct(ctx, ct, x, w, p):
     groups = p["feature_groups"] * p["batch_groups"]
     o, cw, *k = w.shape
     ns = len(k)
-    wt = _reshape(ctx, w, (groups, o // groups, cw, *k))
+    wt = ctx.reshape(w, (groups, o // groups, cw, *k))
     wt = ctx.add("transpose", wt, perm=(0, 2, 1, *range(3, 3 + ns)))
-    wt = _reshape(ctx, wt, (groups * cw, o // groups, *k))
+    wt = ctx.reshape(wt, (groups * cw, o // groups, *k))
     wt = ctx.add("rev", wt, axes=tuple(range(2, 2 + ns)))
     in_d, k_d, out_d = _dilated(p, x.shape[2:], k, ct.shape[2:])
     padding = []
@@ -55,9 +50,9 @@ def _lhs_ct(ctx, ct, x, w, p):
     if b == 1:
         return dx
     n, c, *s = x.shape
-    dx = _reshape(ctx, dx, (n // b, b, c, *s))
+    dx = ctx.reshape(dx, (n // b, b, c, *s))
     dx = ctx.add("transpose", dx, perm=(1, 0, *range(2, dx.type.rank)))
-    return _reshape(ctx, dx, (n, c, *s))
+    return ctx.reshape(dx, (n, c, *s))
 
 
 def _rhs_ct(ctx, ct, x, w, p):

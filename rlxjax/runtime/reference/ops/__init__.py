@@ -9,38 +9,9 @@ exactly the dtype MIL's type inference gives, and are always arrays (never numpy
 """
 from __future__ import annotations
 
-from typing import Callable
-
-#: op type -> implementation
-OPS: dict[str, Callable] = {}
-#: op type -> names of its tuple-typed inputs (always passed as a list, even with one binding)
-TUPLE_INPUTS: dict[str, frozenset] = {"while_loop": frozenset({"loop_vars"})}
-#: op types whose implementation needs the declared output dtypes (see OUTPUT_DTYPES_KEY)
-WANTS_OUTPUT_DTYPES: set = set()
-#: extra key the interpreter puts into ``inputs`` for ops in WANTS_OUTPUT_DTYPES: a tuple with the
-#: numpy dtype of each declared output.  Needed where MIL's type inference depends on facts that
-#: are not visible in the values (iOS17 matmul: output dtype is that of the non-const operand).
-OUTPUT_DTYPES_KEY = "__output_dtypes__"
-
-
-def register(*names: str, tuple_inputs=(), wants_output_dtypes: bool = False):
-    """Decorator: register ``fn`` under each MIL op type in ``names``."""
-
-    def deco(fn):
-        for name in names:
-            if name in OPS:
-                raise ValueError(f"op {name!r} registered twice")
-            OPS[name] = fn
-            if tuple_inputs:
-                TUPLE_INPUTS[name] = frozenset(tuple_inputs)
-            if wants_output_dtypes:
-                WANTS_OUTPUT_DTYPES.add(name)
-        return fn
-
-    return deco
-
-
-# Import the op families last: they fill OPS through `register`.
+from .registry import (OPS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS, WANTS_OUTPUT_DTYPES,  # noqa: F401
+                       register)
+# The op families fill OPS through `register`.
 from . import control, elementwise, linear, reduction, shape  # noqa: E402,F401
 from . import indexing  # noqa: E402,F401
 from . import conv  # noqa: E402,F401

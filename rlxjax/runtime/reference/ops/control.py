@@ -1,7 +1,7 @@
 """const and identity."""
 from __future__ import annotations
 
-from . import register
+from .registry import register
 
 
 @register("const")

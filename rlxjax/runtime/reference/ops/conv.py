@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import register
+from .registry import register
 from .common import acc_dtype, get, out, to_int, to_int_list
 
 

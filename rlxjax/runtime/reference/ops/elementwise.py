@@ -13,7 +13,7 @@ import operator
 
 import numpy as np
 
-from . import register
+from .registry import register
 from .common import STR_TO_DTYPE, get, out, promote, to_int
 
 def _check_float(x, op):

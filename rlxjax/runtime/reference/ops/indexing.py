@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import register
+from .registry import register
 from .common import get, to_bool, to_int
 
 

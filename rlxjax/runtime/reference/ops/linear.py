@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import OUTPUT_DTYPES_KEY, register
+from .registry import OUTPUT_DTYPES_KEY, register
 from .common import acc_dtype, get, out, to_bool
 
 

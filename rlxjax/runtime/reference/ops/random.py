@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import register
+from .registry import register
 from .common import out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import register
+from .registry import register
 from .common import acc_dtype, get, norm_axis, out, to_bool, to_bool_list, to_int, to_int_list
 
 

@@ -1,0 +1,85 @@
+"""The pass pipeline on the RLX graph: which passes run, in which order, on which graphs.
+
+``CoreMLFunction.lower`` (api.py) runs, for every function it compiles::
+
+    trace ─► BEFORE_AD ─► the function's own transform ─► AFTER_AD ─► coreml lowering
+                          (none for coreml_jit; the grad
+                           transform for coreml_grad; grad
+                           + optimizer update for train steps)
+
+Each pass rewrites one graph in place. A pass marked ``regions=True`` runs on the graph and
+then on every region nested in it (cond branches, loop bodies, custom rules' bodies, at any
+depth, outer before inner), each region on its own: regions are closed graphs, so a pass
+needs nothing from around them.
+
+- ``recognize_norms`` runs before any transform, so that the grad transform pairs each
+  recognised norm with its fused backward op; in regions too, so a norm in a scanned layer
+  keeps its fused backward.
+- ``inline_custom_calls`` replaces each ``custom_vjp`` node of the top-level graph by its
+  primal body once the grad transform has used the custom rule (those inside regions are
+  lowered as they are: coreml/rules/control.py).
+- ``fold_constants`` (stage ``BEFORE_LOWERING``, run by ``Lowered.compile``): constant
+  folding on the RLX graph with the RLX op's own semantics (transforms/fold/), in the
+  program's precision (an fp16 program folds in fp16), so it runs once the precision is
+  known. It walks regions itself: constant operands of a region op flow into the region.
+- ``simplify`` makes the program smaller without changing a bit of any output
+  (transforms/simplify.py, transforms/cse.py).
+
+MIL-level passes (CSE of the emitted protobuf) run after the lowering, in api.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Sequence, Tuple
+
+from ..ir import Graph
+from .cse import cse
+from .fold import fold_constants
+from .recognize_norms import recognize_norms
+from .regions import all_regions, inline_custom_calls
+from .rewrite import dce
+from .simplify import simplify
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    run: Callable[..., Any]      # rewrites the graph in place; returns what it did
+    regions: bool = True         # also run on every region nested in the graph
+    options: Tuple[str, ...] = ()  # keyword options of run_passes the pass takes
+
+
+#: Every pass by name (the stages below pick from these; tests and tools may run any).
+PASSES: Dict[str, Pass] = {p.name: p for p in (
+    Pass("recognize_norms", recognize_norms),
+    Pass("inline_custom_calls", inline_custom_calls, regions=False),
+    Pass("simplify", simplify),
+    Pass("cse", cse),
+    Pass("dce", dce),
+    Pass("fold_constants", fold_constants, regions=False, options=("precision",)),
+)}
+
+#: Before the function's transform (see the module docstring).
+BEFORE_AD = ("recognize_norms",)
+
+#: After the function's transform, before the lowering.
+AFTER_AD = (
+    "inline_custom_calls",
+    "simplify",
+)
+
+#: When the program's precision is known, just before the Core ML lowering.
+BEFORE_LOWERING = ("fold_constants",)
+
+
+def run_passes(graph: Graph, names: Sequence[str], **options) -> Dict[str, List[Any]]:
+    """Run the named passes in order on ``graph`` (and its regions, where the pass says
+    so), each given the ``options`` it takes; returns ``{name: [result per graph, the
+    top-level graph first]}``."""
+    results: Dict[str, List[Any]] = {}
+    for name in names:
+        p = PASSES[name]
+        kw = {k: options[k] for k in p.options if k in options}
+        graphs = [graph, *all_regions(graph)] if p.regions else [graph]
+        results[name] = [p.run(g, **kw) for g in graphs]
+    return results
