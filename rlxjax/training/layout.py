@@ -15,11 +15,12 @@ shapes and dtypes from the compiled program, so roles are never guessed from nam
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import jax
 import numpy as np
 
+from ..errors import RlxError
 from ..frontend import path_name
 from .mlstate import BIAS, I32_BASE, Layout, make_layout
 
@@ -104,7 +105,7 @@ class TrainLayout:
         ins, outs = compiled.input_specs, compiled.output_specs
         n_loss = len(outs) - n_trained
         if len(ins) < n_trained or n_loss < 1:
-            raise AssertionError(f"internal: a {mode} training program with {len(ins)} inputs "
+            raise RlxError(f"internal: a {mode} training program with {len(ins)} inputs "
                                  f"and {len(outs)} outputs for {n_trained} trained leaves")
         in_roles = ["param"] * n_params + ["opt_state"] * n_opt_state if mode == "io" else []
         in_roles += ["batch"] * (len(ins) - len(in_roles))
@@ -119,9 +120,6 @@ class TrainLayout:
             states = tuple(StateFeature(by_graph[g], g, n, role)
                            for g, role, n in tensors.states())
         return cls(mode, inputs, tuple(outputs), states, tensors)
-
-    def with_role(self, role: str) -> Sequence[Feature]:
-        return [f for f in (*self.inputs, *self.outputs) if f.role == role]
 
     @property
     def state_names(self) -> Dict[str, str]:
