@@ -106,7 +106,7 @@ class TrainLayout:
         n_loss = len(outs) - n_trained
         if len(ins) < n_trained or n_loss < 1:
             raise RlxError(f"internal: a {mode} training program with {len(ins)} inputs "
-                                 f"and {len(outs)} outputs for {n_trained} trained leaves")
+                           f"and {len(outs)} outputs for {n_trained} trained leaves")
         in_roles = ["param"] * n_params + ["opt_state"] * n_opt_state if mode == "io" else []
         in_roles += ["batch"] * (len(ins) - len(in_roles))
         inputs = tuple(_feature(s, r) for s, r in zip(ins, in_roles))
