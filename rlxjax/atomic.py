@@ -25,16 +25,11 @@ import tempfile
 import uuid
 from typing import BinaryIO, Callable, Iterator
 
-from .errors import RlxError
 
 _TAG = ".rlxjax-"
 # What ``staging_prefix`` produces, and the ``.rlxjax-<kind>-<pid>-`` names older versions
 # staged under (``ckpt-``, ``file-``): one pattern for every staging entry.
 _STAGING = re.compile("^" + re.escape(_TAG) + r"(?:[a-z]+-)?(\d+)-")
-
-
-class PackageError(RlxError, OSError):
-    """A path that cannot be written (wrong suffix, not a folder, ...)."""
 
 
 def staging_prefix() -> str:
@@ -160,7 +155,7 @@ def replace_dir(new: str, path: str) -> None:
         os.rename(new, path)
         return
     if not os.path.isdir(path) or os.path.islink(path):
-        raise PackageError(f"{path} exists and is not a folder; refusing to replace it")
+        raise FileExistsError(f"{path} exists and is not a folder; refusing to replace it")
     if _exchange(new, path):
         shutil.rmtree(new)  # ``new`` now holds the previous folder
         return

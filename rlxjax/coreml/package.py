@@ -11,17 +11,23 @@ import os
 
 from coremltools.models.utils import _create_mlpackage
 
-from ..atomic import PackageError, replace_dir, staging_dir
+from ..atomic import replace_dir, staging_dir
+from ..errors import RlxError
 
 MLPACKAGE_SUFFIX = ".mlpackage"
 
-__all__ = ["MLPACKAGE_SUFFIX", "PackageError", "save_mlpackage"]
+
+
+class PackageError(RlxError, OSError):
+    """A package path that cannot be written (wrong suffix, not a folder, ...)."""
 
 
 def save_mlpackage(model, weights_dir: str | None, path: str | os.PathLike) -> str:
     path = os.path.abspath(os.fspath(path))
     if not path.endswith(MLPACKAGE_SUFFIX):
         raise PackageError(f"a Core ML package path must end in {MLPACKAGE_SUFFIX}: {path}")
+    if os.path.lexists(path) and (not os.path.isdir(path) or os.path.islink(path)):
+        raise PackageError(f"{path} exists and is not a folder; refusing to replace it")
     with staging_dir(os.path.dirname(path)) as tmp_root:
         staged = os.path.join(tmp_root, "staged" + MLPACKAGE_SUFFIX)
         weights = weights_dir if weights_dir and os.listdir(weights_dir) else None
