@@ -33,7 +33,7 @@ from .errors import (  # noqa: E402
 )
 from .api import Compiled, CoreMLFunction, Lowered, coreml_jit  # noqa: E402
 from .grad_api import coreml_grad, coreml_value_and_grad  # noqa: E402
-from .train import TrainState, TrainStep, coreml_train_step, export_inference  # noqa: E402
+from .training import TrainState, TrainStep, coreml_train_step, export_inference  # noqa: E402
 from .load import load  # noqa: E402
 
 __all__ = [

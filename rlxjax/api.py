@@ -249,11 +249,17 @@ class CoreMLFunction:
         pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
-        return Lowered(traced, self.target, self.precision, self.backend)
+        return Lowered(traced, self.target, self.precision, self.backend,
+                       states=self._states(args))
 
     def _transform(self, traced: Traced, args) -> Traced:
         """Hook for wrappers that rewrite the traced graph (coreml_grad)."""
         return traced
+
+    def _states(self, args):
+        """Hook for wrappers whose transform makes Core ML states (a train step with
+        state="mlstate"): graph input name -> the graph output written back into it."""
+        return None
 
     def _key(self, args):
         static, dyn = self._split(args)

@@ -146,7 +146,7 @@ def run(out_dir: str = "out", steps: int = DEFAULT_STEPS, target: str = "iOS17",
     import optax
 
     from .runtime import resolve_backend
-    from .train import coreml_train_step, export_inference
+    from .training import coreml_train_step, export_inference
 
     t_start = time.perf_counter()
     backend_name = resolve_backend(backend)

@@ -138,6 +138,12 @@ def _compile_cli():
     parse_example("f64[3]")
 
 
+def _ir_parse():
+    from rlxjax.ir.parser import parse_graph
+
+    parse_graph("this is not a graph")
+
+
 TRIGGERS = {  # class name -> (callable(tmp_path), regex the message must match)
     "RlxError": (lambda tmp: _bad_backend(), "unknown backend"),
     "UnsupportedPrimitiveError": (lambda tmp: _ref(jnp.arctan2)(X, X), "atan2"),
@@ -158,6 +164,7 @@ TRIGGERS = {  # class name -> (callable(tmp_path), regex the message must match)
     "CompileCommandError": (lambda tmp: _compile_cli(), "unknown dtype"),
     "GraphVerificationError": (lambda tmp: _graph_verification(), "duplicate input"),
     "IRTypeError": (lambda tmp: _ir_type(), "unknown RLX op"),
+    "IRParseError": (lambda tmp: _ir_parse(), "line 1"),
     "ValueDecodeError": (lambda tmp: _value_decode(), "expected a tensor type"),
 }
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import rlxjax
-from rlxjax import mlstate as M
+from rlxjax.training import mlstate as M
 from helpers import jax_loop
 from models import MLP, cross_entropy, onehot, rng_data
 

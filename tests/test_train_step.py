@@ -121,3 +121,27 @@ def test_features_are_named_after_the_loss_and_function_parameters(tmp_path):
 
     exported = rlxjax.export_inference(predict, params, images)
     assert [f.name for f in exported.spec.description.input] == ["images"]
+
+
+@pytest.mark.parametrize("mode", ["io", "mlstate"])
+def test_roles_come_from_the_program_layout_not_from_names(mode):
+    """A batch argument named like an output ('out') or a parameter ('params') is a batch
+    feature; each new value feeds the input it replaces (roles were once re-parsed from
+    feature names, which called such an input a loss)."""
+    def loss(p, out, params):
+        return ((out @ p["w"] - params) ** 2).mean(), {"out": out.sum()}
+
+    p = {"w": np.zeros((3, 2), np.float32)}
+    batch = (np.ones((4, 3), np.float32), np.ones((4, 2), np.float32))
+    step = rlxjax.coreml_train_step(loss, optax.sgd(0.1), state=mode, has_aux=True,
+                                    backend="reference")
+    step.init(p, *batch)
+    meta = json.loads(step._last.spec.description.metadata.userDefined["rlxjax.train"])
+    batch_rows = [r for r in meta["inputs"] if r["role"] == "batch"]
+    assert [r["feature"] for r in batch_rows][-2:] == ["out", "params"]
+    assert [r["role"] for r in meta["outputs"]][:2] == ["loss", "aux"]
+    if mode == "io":
+        ins = {r["feature"]: r for r in meta["inputs"]}
+        for r in meta["outputs"][2:]:
+            fed = ins[r["feeds"]]
+            assert r["role"] == "new_" + fed["role"] and r["shape"] == fed["shape"]

@@ -22,15 +22,15 @@ tensors the model has.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .errors import ArgumentError, RlxError
+from ..errors import ArgumentError
 
 BIAS = 192
 _UP = (64, 32, 16, 8, 4, 2, 1)          # exponents up to 127
@@ -155,10 +155,11 @@ class Layout:
         return out
 
 
-def make_layout(names: Sequence[str], roles: Sequence[str], types) -> Layout:
+def make_layout(names: Sequence[str], roles: Sequence[str], structs) -> Layout:
+    """Where each leaf (``structs``: shape and canonical numpy dtype) lives in the states."""
     slots, offsets = [], {"float32": 0, "int32": 0}
-    for name, role, t in zip(names, roles, types):
-        dt = t.dtype.np.name
+    for name, role, t in zip(names, roles, structs):
+        dt = np.dtype(t.dtype).name
         if dt not in offsets:
             raise ArgumentError(f"state='mlstate' stores float32 and int32 leaves; '{name}' is "
                                 f"{dt} (use state='io')")
@@ -166,6 +167,11 @@ def make_layout(names: Sequence[str], roles: Sequence[str], types) -> Layout:
         slots.append(Slot(name, role, dt, tuple(t.shape), offsets[dt], size))
         offsets[dt] += size
     return Layout(tuple(slots), sum(r == "param" for r in roles))
+
+
+def state_bindings(layout: Layout) -> Dict[str, str]:
+    """Each state's graph input name -> the graph output written back into it."""
+    return {name: "new." + name for name, _, _ in layout.states()}
 
 
 def unpack(layout: Layout, *pieces):
@@ -191,15 +197,15 @@ def pack(layout: Layout, *leaves):
 
 
 # -- graph rewrite: io-mode graph -> state graph ----------------------------------------------
-def rewrite_to_states(g, names, roles, in_vals, out_vals, n_outputs: int):
-    """Replace the graph inputs ``in_vals`` (params + optimizer state leaves) by decoded
-    Core ML states and the outputs ``out_vals`` (their new values) by encoded writes.
-    Keeps the first ``n_outputs`` graph outputs (loss, aux). Returns (layout, states map)."""
-    from .frontend.interpreter import Lowering
-    from .ir import DType, TensorType
-    from .transforms.rewrite import substitute
+def rewrite_to_states(g, layout: Layout, in_vals, out_vals, n_outputs: int) -> None:
+    """Replace the graph inputs ``in_vals`` (params + optimizer state leaves, in ``layout``
+    order) by decoded Core ML states and the outputs ``out_vals`` (their new values) by
+    encoded writes named as ``state_bindings(layout)`` says. Keeps the first ``n_outputs``
+    graph outputs (loss, aux)."""
+    from ..frontend.interpreter import Lowering
+    from ..ir import DType, TensorType
+    from ..transforms.rewrite import substitute
 
-    layout = make_layout(names, roles, [v.type for v in in_vals])
     piece_inputs = []
     for name, _, n in layout.states():
         v = g.new_value(TensorType((n,), DType.f16))
@@ -222,37 +228,12 @@ def rewrite_to_states(g, names, roles, in_vals, out_vals, n_outputs: int):
     closed = jax.make_jaxpr(lambda *xs: pack(layout, *xs))(
         *[jax.ShapeDtypeStruct(v.type.shape, v.type.dtype.np) for v in out_vals])
     encoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, out_vals)
+    written = state_bindings(layout)
     g.outputs = g.outputs[:n_outputs] + [
-        ("new." + name, v) for (name, _, _), v in zip(layout.states(), encoded)]
-    return layout, {name: "new." + name for name, _, _ in layout.states()}
+        (written[name], v) for (name, _, _), v in zip(layout.states(), encoded)]
 
 
-# -- the device side -------------------------------------------------------------------
-class DeviceState:
-    """The Core ML state of one compiled mlstate program (``MLModel.make_state()`` on
-    Core ML, a ``ReferenceState`` on the reference backend), updated in place by each step.
-    ``version`` counts the steps taken on it, so a TrainState from before the latest step
-    is recognised as consumed."""
-
-    def __init__(self, compiled, layout: Layout, mil_names: Dict[str, str]):
-        self.compiled = compiled
-        self.layout = layout
-        self.mil_names = mil_names     # graph name ('state.f32.exp') -> state name
-        self.handle = compiled.make_state()
-        self.version = 0
-
-    def write_leaves(self, leaves: Sequence[np.ndarray]) -> None:
-        for name, arr in host_pack(self.layout, leaves).items():
-            self.handle.write_state(self.mil_names[name], arr)
-
-    def read_pieces(self) -> Dict[str, np.ndarray]:
-        return {name: np.asarray(self.handle.read_state(self.mil_names[name]), np.float16)
-                for name, _, _ in self.layout.states()}
-
-    def read_leaves(self) -> List[np.ndarray]:
-        return host_unpack(self.layout, self.read_pieces())
-
-
+# -- the same packing on the host ----------------------------------------------------
 def host_pack(layout: Layout, leaves) -> Dict[str, np.ndarray]:
     out = {}
     for dtype, tag, enc, names in (("float32", "f32", encode_f32_np, F32_PIECES),
@@ -272,24 +253,3 @@ def host_unpack(layout: Layout, pieces: Dict[str, np.ndarray]) -> List[np.ndarra
         flat["int32"] = decode_i32_np(*(pieces[f"state.i32.{p}"] for p in I32_PIECES))
     return [flat[s.dtype][s.offset:s.offset + s.size].reshape(s.shape).copy()
             for s in layout.slots]
-
-
-def train_metadata(compiled, layout: Layout, has_aux: bool) -> Dict[str, Any]:
-    """What an app needs to drive an mlstate program ('rlxjax.train' metadata)."""
-    rows_in = [dict(name=s.name, feature=s.mil_name, shape=list(s.io_shape), dtype=s.io_dtype,
-                    role="batch") for s in compiled.input_specs]
-    rows_out = [dict(name=s.name, feature=s.mil_name, shape=list(s.io_shape), dtype=s.io_dtype,
-                     role="loss" if s.name == "out" or s.name == "out.0" or not has_aux
-                     else "aux") for s in compiled.output_specs]
-    by_graph = {f.shortDescription: f for f in compiled.spec.description.state}
-    rows_state = [dict(name=by_graph[g].name, graph_name=g, shape=[n], dtype="float16",
-                       role=role) for g, role, n in layout.states()]
-    return {"state": "mlstate", "encoding": "rlxjax-f32x3-v1", "exp_bias": BIAS,
-            "i32_base": I32_BASE, "inputs": rows_in, "outputs": rows_out,
-            "states": rows_state, "tensors": [asdict(s) for s in layout.slots]}
-
-
-def consumed_error() -> RlxError:
-    return RlxError("this TrainState was consumed: state='mlstate' updates the Core ML state "
-                    "in place, so only the TrainState the latest step returned is current "
-                    "(read st.params before stepping to keep a snapshot)")

@@ -1,0 +1,169 @@
+"""Atomic writes of files and folders: one staging scheme, one cleanup.
+
+Everything rlxjax writes for later use (``.mlpackage`` folders, checkpoints, the files of
+``export_state``) is first written to a hidden staging entry in the destination's folder,
+named ``.rlxjax-<pid>-<random>`` after the writing process, and then moved into place with
+one rename: a failure or a kill at any point leaves the previous file (or nothing) at the
+destination, never a half-written one. A writer killed between staging and rename leaves
+its staging entry behind; the next write into the same folder removes the entries whose
+process no longer runs (and leaves alone those of writers still at work).
+
+Replacing an existing folder uses an atomic directory exchange (renameat2 RENAME_EXCHANGE
+on Linux, renamex_np RENAME_SWAP on macOS) where the system offers it, and falls back to
+rename-aside-then-rename otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+from typing import BinaryIO, Callable, Iterator
+
+
+_TAG = ".rlxjax-"
+# What ``staging_prefix`` produces, and the ``.rlxjax-<kind>-<pid>-`` names older versions
+# staged under (``ckpt-``, ``file-``): one pattern for every staging entry.
+_STAGING = re.compile("^" + re.escape(_TAG) + r"(?:[a-z]+-)?(\d+)-")
+
+
+def staging_prefix() -> str:
+    """Prefix of a hidden staging entry; it names the writing process, so that a later
+    write can tell a killed writer's leftovers from a write still in progress."""
+    return f"{_TAG}{os.getpid()}-"
+
+
+def staging_pid(name: str) -> int | None:
+    """The writer's process id if ``name`` is a staging entry, else None."""
+    m = _STAGING.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def remove_stale_staging(folder: str) -> None:
+    """Delete staging entries left in ``folder`` by writers that no longer run (a write
+    killed between staging and its final rename)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        pid = staging_pid(name)
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        full = os.path.join(folder, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(full)
+
+
+def _fsync_dir(folder: str) -> None:
+    """Make a rename in ``folder`` durable (best effort: not every system can)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# -- files ------------------------------------------------------------------------------
+def write_file(path, write: Callable[[BinaryIO], None]) -> str:
+    """Write ``path`` through ``write(file)`` atomically: a staging file in the same folder,
+    fsynced, then renamed over ``path``. Returns the absolute path."""
+    path = os.path.abspath(os.fspath(path))
+    folder = os.path.dirname(path)
+    remove_stale_staging(folder)
+    fd, tmp = tempfile.mkstemp(prefix=staging_prefix(), dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+    return path
+
+
+def write_bytes(path, data: bytes) -> str:
+    return write_file(path, lambda f: f.write(data))
+
+
+# -- folders ----------------------------------------------------------------------------
+@contextlib.contextmanager
+def staging_dir(parent: str) -> Iterator[str]:
+    """A fresh hidden staging folder in ``parent`` (stale ones removed first), deleted on
+    exit: build the new content inside it, then ``replace_dir`` it into place."""
+    os.makedirs(parent, exist_ok=True)
+    remove_stale_staging(parent)
+    root = tempfile.mkdtemp(prefix=staging_prefix(), dir=parent)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _libc():
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name, use_errno=True) if name else None
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap two paths; False where the system cannot."""
+    libc = _libc()
+    try:
+        if sys.platform.startswith("linux") and libc is not None and hasattr(libc, "renameat2"):
+            AT_FDCWD, RENAME_EXCHANGE = -100, 2
+            rc = libc.renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b),
+                                RENAME_EXCHANGE)
+            return rc == 0
+        if sys.platform == "darwin" and libc is not None and hasattr(libc, "renamex_np"):
+            RENAME_SWAP = 0x2
+            return libc.renamex_np(os.fsencode(a), os.fsencode(b), RENAME_SWAP) == 0
+    except (AttributeError, OSError):
+        pass
+    return False
+
+
+def replace_dir(new: str, path: str) -> None:
+    """Move folder ``new`` to ``path``, replacing what is there as atomically as possible."""
+    if not os.path.lexists(path):
+        os.rename(new, path)
+        return
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise FileExistsError(f"{path} exists and is not a folder; refusing to replace it")
+    if _exchange(new, path):
+        shutil.rmtree(new)  # ``new`` now holds the previous folder
+        return
+    aside = f"{path}.old-{uuid.uuid4().hex[:8]}"
+    os.rename(path, aside)
+    try:
+        os.rename(new, path)
+    except BaseException:
+        os.rename(aside, path)
+        raise
+    shutil.rmtree(aside)

@@ -1,0 +1,16 @@
+"""Training steps: forward, backward and an optax update compiled into one ML Program.
+
+* ``layout.py``     the typed layout of a training program (each feature's role, what feeds what)
+* ``program.py``    building the training graph and compiling it (``TrainProgram``)
+* ``mlstate.py``    ``state="mlstate"``: exact fp32 storage in Core ML fp16 states
+* ``state.py``      ``TrainState`` and the device state between steps
+* ``step.py``       ``coreml_train_step`` / ``TrainStep``: the host runtime (init, step, fit)
+* ``checkpoint.py`` checkpoints and ``export_state`` files (written through rlxjax/atomic.py)
+* ``progress.py``   the progress bar of ``fit`` (tqdm)
+* ``export.py``     ``export_inference``
+"""
+from .export import export_inference
+from .state import TrainState
+from .step import TrainStep, coreml_train_step
+
+__all__ = ["coreml_train_step", "TrainStep", "TrainState", "export_inference"]

@@ -1,0 +1,53 @@
+"""Files a training run writes: checkpoints and the initial Core ML state for an app.
+
+Every file goes through rlxjax/atomic.py (staged, fsynced, renamed into place; a killed
+writer's leftovers are removed by the next write into the same folder).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from .. import atomic
+from ..errors import ArgumentError
+
+
+def save_checkpoint(path, step: int, leaves: Sequence[np.ndarray]) -> str:
+    """Write ``leaves`` (parameters then optimizer state) and ``step`` to an ``.npz``
+    checkpoint atomically (a failure leaves the previous file or none)."""
+    arrays = {f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)}
+    return atomic.write_file(path, lambda f: np.savez(f, step=np.int64(step), **arrays))
+
+
+def load_checkpoint(path, like: Sequence[np.ndarray]) -> Tuple[int, List[np.ndarray]]:
+    """(step, leaves) of a checkpoint written by ``save_checkpoint``, checked against the
+    leaves ``like`` of the state it is loaded into."""
+    with np.load(os.fspath(path)) as z:
+        n = len([k for k in z.files if k.startswith("leaf_")])
+        if n != len(like):
+            raise ArgumentError(f"checkpoint {path} holds {n} arrays, the state "
+                                f"{len(like)}: it was written for another model or optimizer")
+        leaves = [z[f"leaf_{i}"] for i in range(n)]
+        for i, (a, b) in enumerate(zip(leaves, like)):
+            if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
+                raise ArgumentError(f"checkpoint array {i} is {a.dtype}{list(a.shape)}, the "
+                                    f"state wants {np.asarray(b).dtype}{list(np.shape(b))}")
+        return int(z["step"]), leaves
+
+
+def write_state_files(folder, step: int, pieces: Dict[str, np.ndarray]) -> str:
+    """``export_state``: one raw little-endian fp16 file per state (``<name>.f16``, from
+    ``pieces``: state name -> values), then ``state.json`` (names, shapes, step), each
+    written atomically into ``folder``."""
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    rows = []
+    for name, arr in pieces.items():
+        atomic.write_bytes(os.path.join(folder, name + ".f16"), arr.astype("<f2").tobytes())
+        rows.append({"name": name, "shape": list(arr.shape), "dtype": "float16"})
+    atomic.write_bytes(os.path.join(folder, "state.json"),
+                       json.dumps({"step": step, "states": rows}).encode())
+    return os.path.abspath(folder)

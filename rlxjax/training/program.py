@@ -1,0 +1,135 @@
+"""Building a training step's program: forward, backward and an optax update in one graph.
+
+``build_train_graph`` turns the traced loss into the training graph, arranged as layout.py
+says: the backward pass is rlxjax's own (fused norm backward ops); the optax update is
+traced like any JAX code and inlined into the same graph, reading the gradients the
+backward pass produced. With ``state="mlstate"`` the parameters and optimizer state then
+become Core ML states (mlstate.py). ``compile_program`` lowers and compiles it and returns a
+``TrainProgram``: the compiled program with its typed layout, which also goes into the
+package metadata (``rlxjax.train``).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+import jax
+
+from ..api import Compiled
+from ..errors import ArgumentError, RlxError
+from ..frontend import Traced, path_name
+from ..frontend.interpreter import Lowering
+from ..ir import verify
+from ..transforms.grad import backward
+from ..transforms.rewrite import dce
+from .layout import TrainLayout, leaf_struct, state_layout
+from .mlstate import Layout, rewrite_to_states
+
+METADATA_KEY = "rlxjax.train"
+
+
+def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: str) -> Traced:
+    """The training graph of the traced ``loss(params, *batch)`` (traced as a function of
+    ``(params, opt_state, *batch)``); ``args`` are what it was traced with."""
+    params, opt_state = args[0], args[1]
+    g = traced.graph
+    n_p = len(jax.tree_util.tree_leaves(params))
+    n_s = len(jax.tree_util.tree_leaves(opt_state))
+    p_vals = [v for _, v in g.inputs[:n_p]]
+    s_vals = [v for _, v in g.inputs[n_p:n_p + n_s]]
+    n_out = traced.out_tree.num_leaves
+    if (has_aux and len(traced.out_tree.children()) != 2) or (not has_aux and n_out != 1):
+        raise ArgumentError("the loss must return a scalar" +
+                            (" and aux as a pair (loss, aux)" if has_aux else
+                             "; pass has_aux=True to return (loss, aux)"))
+    loss_v = g.outputs[0][1]
+    if loss_v.type.rank != 0 or not loss_v.dtype.is_float:
+        raise ArgumentError(f"the loss must be a float scalar, got {loss_v.type}")
+    for name, v in g.inputs[:n_p]:
+        if not v.dtype.is_float:
+            raise ArgumentError(f"parameter '{name}' is {v.dtype}: only float parameters "
+                                "can be trained")
+    grads = backward(g, loss_v, p_vals, traced.custom_rules.backward)
+    new_p, new_s = _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state)
+    if mode == "mlstate":
+        return _to_states(traced, args, p_vals + s_vals, new_p + new_s)
+
+    p_paths = jax.tree_util.tree_flatten_with_path(params)[0]
+    s_paths = jax.tree_util.tree_flatten_with_path(opt_state)[0]
+    g.outputs = list(g.outputs) + \
+        [(path_name("new.params", p), v) for (p, _), v in zip(p_paths, new_p)] + \
+        [(path_name("new.opt_state", p), v) for (p, _), v in zip(s_paths, new_s)]
+    dce(g)
+    verify(g)
+    blank = lambda t: jax.tree_util.tree_unflatten(  # noqa: E731
+        t, [None] * t.num_leaves)
+    result = (blank(traced.out_tree),
+              blank(jax.tree_util.tree_structure(params)),
+              blank(jax.tree_util.tree_structure(opt_state)))
+    out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
+    return Traced(g, traced.in_tree, out_tree, traced.in_types)
+
+
+def _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state):
+    import optax
+
+    def update(grads, opt_state, params):
+        updates, new_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), new_state
+
+    struct = lambda t: jax.tree_util.tree_map(leaf_struct, t)  # noqa: E731
+    closed = jax.make_jaxpr(update)(struct(params), struct(opt_state), struct(params))
+    outs = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, grads + s_vals + p_vals)
+    n_p = len(p_vals)
+    return outs[:n_p], outs[n_p:]
+
+
+def _to_states(traced: Traced, args, in_vals, out_vals) -> Traced:
+    """mlstate: params and optimizer state become Core ML states (mlstate.py)."""
+    g, n = traced.graph, len(in_vals)
+    layout = state_layout(args[0], args[1])
+    got = [(name, tuple(v.type.shape), v.dtype.np.name) for name, v in g.inputs[:n]]
+    want = [(s.name, s.shape, s.dtype) for s in layout.slots]
+    if got != want:
+        raise RlxError(f"internal: the traced inputs {got} are not the state layout {want}")
+    rewrite_to_states(g, layout, in_vals, out_vals, len(g.outputs))
+    dce(g)
+    verify(g)
+    batch = tuple(args[2:])
+    return Traced(g, jax.tree_util.tree_structure(batch), traced.out_tree,
+                  traced.in_types[n:])
+
+
+@dataclass(frozen=True)
+class TrainProgram:
+    """A compiled training step and its layout."""
+
+    compiled: Compiled
+    layout: TrainLayout
+    # mlstate: the (params, opt_state) shapes and dtypes it was compiled for, as pytrees of
+    # ShapeDtypeStruct (the host values are not program inputs, so they key its cache)
+    structs: Optional[Tuple[Any, Any]] = None
+
+    @property
+    def state_layout(self) -> Optional[Layout]:
+        return self.layout.tensors
+
+    @property
+    def trees(self):
+        """The (params, opt_state) tree structures."""
+        return tuple(jax.tree_util.tree_structure(t) for t in self.structs)
+
+
+def compile_program(step, args, *, mode: str, has_aux: bool) -> TrainProgram:
+    """Lower and compile ``step`` (a TrainStep) for ``args`` = (params, opt_state, *batch)
+    (mlstate: params and opt_state as ShapeDtypeStruct trees), and record its layout in
+    the package metadata."""
+    compiled = step.lower(*args).compile()
+    n_p = len(jax.tree_util.tree_leaves(args[0]))
+    n_s = len(jax.tree_util.tree_leaves(args[1]))
+    tensors = state_layout(args[0], args[1]) if mode == "mlstate" else None
+    layout = TrainLayout.of_program(compiled, mode, n_p, n_s, has_aux, tensors)
+    compiled.spec.description.metadata.userDefined[METADATA_KEY] = json.dumps(layout.metadata())
+    structs = (args[0], args[1]) if mode == "mlstate" else None
+    return TrainProgram(compiled, layout, structs)

@@ -1,0 +1,194 @@
+"""``coreml_train_step``: forward, backward and an optax update in one ML Program.
+
+The program's inputs are the parameters, the optimizer state and a batch; its outputs are
+the loss (and aux), the new parameters and the new optimizer state (``state="io"``): an
+app feeds the new values back in on the next call. With ``state="mlstate"`` parameters and
+optimizer state live in Core ML states instead, updated in place by each call.
+
+This module is the host side: ``TrainStep`` compiles one program per batch signature
+(program.py builds it), runs it, keeps the device state (state.py), fits, exports the
+initial state and saves (checkpoint.py).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterable, List, Optional
+
+import jax
+
+from ..api import Compiled, CoreMLFunction
+from ..coreml.targets import get_target, require
+from ..errors import ArgumentError, RlxError
+from ..frontend import Traced, arg_names
+from .checkpoint import write_state_files
+from .export import numpy_tree
+from .layout import MODES, leaf_struct, state_layout
+from .mlstate import host_pack, state_bindings
+from .program import TrainProgram, build_train_graph, compile_program
+from .progress import progress_bar
+from .state import DeviceState, TrainState
+
+
+class TrainStep(CoreMLFunction):
+    """What ``coreml_train_step`` returns."""
+
+    def __init__(self, loss: Callable, optimizer, *, state: str, has_aux: bool, **jit_options):
+        if state not in MODES:
+            raise ArgumentError(f"state={state!r}: choose 'io' (params and optimizer state as "
+                                "inputs and outputs) or 'mlstate' (Core ML states, iOS18)")
+
+        def step_fn(params, opt_state, *batch):
+            return loss(params, *batch)
+
+        step_fn.__name__ = getattr(loss, "__name__", "train_step")
+        super().__init__(step_fn, **jit_options)
+        self.loss = loss
+        self.optimizer = optimizer
+        self.has_aux = has_aux
+        self.state_mode = state
+        self._programs: Dict[object, TrainProgram] = {}
+        self._latest: Optional[TrainProgram] = None  # the program the latest call used
+
+    def _names(self, n_args):
+        # Batch inputs are named after the loss's own parameters (loss(params, x, y) ->
+        # features 'x', 'y'), which is what an app binds.
+        return ["params", "opt_state"] + arg_names(self.loss, n_args - 1)[1:]
+
+    # -- CoreMLFunction hooks: ``step.lower(params, opt_state, *batch)`` -----------------
+    def _transform(self, traced: Traced, args) -> Traced:
+        return build_train_graph(traced, args, self.optimizer, has_aux=self.has_aux,
+                                 mode=self.state_mode)
+
+    def _states(self, args):
+        if self.state_mode != "mlstate":
+            return None
+        return state_bindings(state_layout(args[0], args[1]))
+
+    # -- programs ------------------------------------------------------------------------
+    @property
+    def last_compiled(self) -> Optional[Compiled]:
+        """The compiled program the latest call (or ``init`` with a batch) used."""
+        return None if self._latest is None else self._latest.compiled
+
+    _last = last_compiled  # the name rlxjax.demo and bench/ read
+
+    def _program(self, state: TrainState, batch) -> TrainProgram:
+        """The program for ``batch`` (compiled on first use for its signature)."""
+        if self.state_mode == "io":
+            args = (state.params, state.opt_state) + tuple(batch)
+            key = self._key(args)
+        else:  # the values may be on the device: key on shapes and dtypes
+            structs = state.device.program.structs if state.device is not None else \
+                jax.tree_util.tree_map(leaf_struct, (state.params, state.opt_state))
+            args = tuple(structs) + tuple(batch)
+            leaves, tree = jax.tree_util.tree_flatten(structs)
+            key = (tree, tuple((x.shape, x.dtype.name) for x in leaves), self._key(batch))
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = compile_program(
+                self, args, mode=self.state_mode, has_aux=self.has_aux)
+        self._latest = program
+        return program
+
+    def _device(self, state: TrainState, program: TrainProgram) -> DeviceState:
+        """The device state to step ``state`` with on ``program``: its own when current,
+        else a fresh one written from the host values (raises if ``state`` was consumed)."""
+        if state.live and state.device.program is program:
+            return state.device
+        leaves = state.leaves()
+        dev = DeviceState(program)
+        dev.write_leaves(leaves)
+        return dev
+
+    # -- host API --------------------------------------------------------------------------
+    def init(self, params, *example_batch) -> TrainState:
+        """The initial TrainState. Passing an example batch also compiles the program for
+        its shapes (so ``save`` works before the first step) and, in mlstate mode, writes the
+        values into a fresh device state (otherwise the first step does that)."""
+        params = numpy_tree(params)
+        state = TrainState(params, numpy_tree(self.optimizer.init(params)), 0)
+        if example_batch:
+            program = self._program(state, example_batch)
+            if self.state_mode == "mlstate":
+                state = TrainState(params, state.opt_state, 0,
+                                   device=self._device(state, program))
+        return state
+
+    def __call__(self, state: TrainState, *batch):
+        if not isinstance(state, TrainState):
+            raise ArgumentError("call a training step as step(state, *batch) with the "
+                                "TrainState from step.init(params)")
+        program = self._program(state, batch)
+        if self.state_mode == "mlstate":
+            dev = self._device(state, program)
+            value = program.compiled(*batch, state=dev.handle)
+            dev.version += 1
+            new_state = TrainState(None, None, state.step + 1, device=dev, version=dev.version)
+        else:
+            value, params, opt_state = program.compiled(state.params, state.opt_state, *batch)
+            new_state = TrainState(params, opt_state, state.step + 1)
+        return (new_state, value) if not self.has_aux else (new_state, value[0], value[1])
+
+    def export_state(self, state: TrainState, folder) -> str:
+        """mlstate: write what an app loads into its ``MLState`` before the first step - one
+        raw little-endian fp16 file per state (``<state name>.f16``) and ``state.json``
+        (names, shapes, step) - into ``folder``. Each file is written atomically."""
+        if self.state_mode != "mlstate" or self._latest is None:
+            raise RlxError("export_state needs an mlstate step that has been compiled (call "
+                           "it once, or init(params, *example_batch))")
+        program = self._latest
+        names = program.layout.state_names
+        pieces = host_pack(program.state_layout, state.leaves())
+        return write_state_files(folder, state.step,
+                                 {names[g]: arr for g, arr in pieces.items()})
+
+    def params(self, state: TrainState):
+        """The trained parameters as a JAX pytree."""
+        return jax.tree_util.tree_map(jax.numpy.asarray, state.params)
+
+    def fit(self, state: TrainState, batches: Iterable, steps: int, progress: bool = True):
+        """Run ``steps`` steps over ``batches`` (an iterable of argument tuples, cycled);
+        returns (state, loss history). ``progress`` shows a tqdm bar on stderr (redrawn
+        on a terminal or in a notebook, a line at most every 30 s in a log)."""
+        history: List[float] = []
+        batches = list(batches)
+        if not batches:
+            raise ArgumentError("fit needs at least one batch")
+        with progress_bar(steps, progress) as bar:
+            for i in range(steps):
+                b = batches[i % len(batches)]
+                b = b if isinstance(b, tuple) else (b,)
+                out = self(state, *b)
+                state, loss = out[0], float(out[1])
+                history.append(loss)
+                bar.set_postfix_str(f"loss {loss:.5g}", refresh=False)
+                bar.update(1)
+        return state, history
+
+    def save(self, path) -> str:
+        """Save the training program last run (call the step once first)."""
+        if self._latest is None:
+            raise RlxError("nothing compiled yet: call the step once (or step.lower(...)) "
+                           "so that the batch shapes are known, then save")
+        return self._latest.compiled.save(path)
+
+
+def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
+                      precision: str = "fp32", has_aux: bool = False, backend=None):
+    """One Core ML program = forward + backward + ``optimizer`` update (optax).
+
+    ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
+    ``st = step.init(params); st, loss = step(st, *batch)``, ``step.fit(...)``,
+    ``step.save("train.mlpackage")``. ``state="io"`` passes params and optimizer state in
+    and out of every call (default target iOS17); ``state="mlstate"`` keeps them in Core ML
+    states updated in place (target iOS18, the default for it; exact fp32 storage, see
+    rlxjax/training/mlstate.py).
+    """
+    if state == "mlstate":
+        target = "iOS18" if target is None else target
+        require(get_target(target), "iOS18", "state='mlstate' (Core ML states)")
+    target = "iOS17" if target is None else target
+    if precision != "fp32":
+        raise ArgumentError("training steps compute in fp32 (precision='fp32'): fp16 "
+                            "gradients and optimizer moments lose the updates")
+    return TrainStep(loss, optimizer, state=state, has_aux=has_aux, static_argnums=(),
+                     target=target, precision=precision, backend=backend)
