@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-from jax.extend import core as jex_core
+from .. import _jax_compat as jc
 
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Dyn, Graph, TensorType, Value, dtype_from_numpy
@@ -20,9 +20,7 @@ from .rules.random import reject_prng_key
 def source_line(eqn) -> Optional[str]:
     """'file.py:12 (fn)' of the user's frame that emitted this equation, if known."""
     try:
-        from jax._src import source_info_util
-
-        return source_info_util.summarize(eqn.source_info)
+        return jc.summarize_source(eqn.source_info)
     except Exception:  # JAX internals moved: degrade to no location rather than fail
         return None
 
@@ -73,7 +71,7 @@ class Lowering:
         env: Dict[Any, Value] = {}
 
         def read(atom) -> Value:
-            if isinstance(atom, jex_core.Literal):
+            if isinstance(atom, jc.Literal):
                 return self.constant(np.asarray(atom.val, dtype=atom.aval.dtype))
             return env[atom]
 
@@ -87,7 +85,7 @@ class Lowering:
         for eqn in jaxpr.eqns:
             outs = self.eval_eqn(eqn, [read(a) for a in eqn.invars])
             for var, v in zip(eqn.outvars, outs):
-                if not isinstance(var, jex_core.DropVar):
+                if not isinstance(var, jc.DropVar):
                     env[var] = v
         return [read(a) for a in jaxpr.outvars]
 
