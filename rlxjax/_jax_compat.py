@@ -13,10 +13,17 @@ What moved (release where the public name appeared):
 """
 from __future__ import annotations
 
+import jax
 from jax import core as _jax_core
 from jax.extend import core as _jex_core
 from jax.extend import source_info_util as _source_info_util
 from jax.interpreters import ad, batching, mlir  # noqa: F401  (re-exported)
+
+#: The JAX release lines rlxjax is tested on (pyproject.toml's range says the same; CI runs
+#: the suite on the first and the last, .ci/run).
+SUPPORTED_LINES = ((0, 8), (0, 9), (0, 10))
+#: This JAX's release line, e.g. (0, 9).
+LINE = tuple(jax.__version_info__[:2])
 
 # -- jaxpr data types --------------------------------------------------------------------
 Jaxpr = _jex_core.Jaxpr
@@ -56,3 +63,18 @@ def register_batcher(prim, rule):
     ``fancy_primitive_batchers``, whose rules also receive the axis data (unused here)."""
     batching.fancy_primitive_batchers[prim] = \
         lambda axis_data, args, dims, **params: rule(args, dims, **params)
+
+
+# -- re-binding an equation --------------------------------------------------------------
+def equation_binder(eqn):
+    """``bind(*args)`` that re-binds ``eqn``'s primitive with its params, as
+    ``jax.core.eval_jaxpr`` does (so JAX applies e.g. a custom_jvp/vjp rule under jax.vjp).
+
+    ``Primitive.get_bind_params`` returns ``(subfuns, params)`` up to jax 0.8 and only the
+    params (subfuns inside them) from jax 0.9."""
+    prim = eqn.primitive
+    bind_params = prim.get_bind_params(eqn.params)
+    if isinstance(bind_params, tuple):  # jax 0.8
+        subfuns, bind_params = bind_params
+        return lambda *args: prim.bind(*subfuns, *args, **bind_params)
+    return lambda *args: prim.bind(*args, **bind_params)

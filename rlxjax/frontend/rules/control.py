@@ -67,13 +67,13 @@ class _CustomBackward:
         from ..interpreter import Lowering, aval_type
 
         eqn, floats, outs_float = self.eqn, self.floats, self.outs_float
-        bind_params = eqn.primitive.get_bind_params(eqn.params)
+        bind = jc.equation_binder(eqn)
 
         def bwd(xs, cts):
             def f(*fx):
                 it = iter(fx)
                 full = [next(it) if fl else x for fl, x in zip(floats, xs)]
-                outs = eqn.primitive.bind(*full, **bind_params)
+                outs = bind(*full)
                 return [o for o, fl in zip(outs, outs_float) if fl]
 
             _, vjp = jax.vjp(f, *[x for fl, x in zip(floats, xs) if fl])
