@@ -53,3 +53,34 @@ def test_extension_hooks_resolve():
     assert isinstance(jc.ad.primitive_jvps, dict)
     assert isinstance(jc.batching.fancy_primitive_batchers, dict)
     assert jc.ShapedArray((2,), np.float32).shape == (2,)
+
+
+# -- the declared range is the tested range ------------------------------------------------
+ROOT = PKG.parent
+
+
+def _pyproject_requirements():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = project["dependencies"] + project["optional-dependencies"]["test"]
+    return {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower(): r for r in reqs}
+
+
+def test_pyproject_jax_range_is_the_supported_lines():
+    reqs = _pyproject_requirements()
+    first, last = jc.SUPPORTED_LINES[0], jc.SUPPORTED_LINES[-1]
+    for name in ("jax", "jaxlib"):
+        assert reqs[name] == f"{name}>={first[0]}.{first[1]}.0,<{last[0]}.{last[1] + 1}"
+    assert jc.LINE in jc.SUPPORTED_LINES, f"jax {jax.__version__} is outside the tested range"
+
+
+def test_oldest_constraints_pin_the_declared_lower_bounds():
+    """.ci/run's second run installs exactly the lower bounds pyproject.toml declares."""
+    reqs = _pyproject_requirements()
+    lines = (ROOT / ".ci" / "constraints-oldest.txt").read_text().splitlines()
+    pins = dict(ln.split("==") for ln in lines if ln.strip() and not ln.startswith("#"))
+    assert {"jax", "jaxlib", "flax", "optax", "equinox"} <= set(pins)
+    for name, version in pins.items():
+        assert f"{name}>={version}" in reqs[name], (name, version, reqs[name])
+    assert "-c .ci/constraints-oldest.txt" in (ROOT / ".ci" / "run").read_text()
