@@ -10,6 +10,10 @@ installed.
 What moved (release where the public name appeared):
 - ``DropVar``: ``jax.extend.core.DropVar`` from 0.10; before that only
   ``jax.core.DropVar`` (deprecated in 0.10) and ``jax._src.core.DropVar``.
+- ``Primitive.get_bind_params``: returns ``(subfuns, params)`` on 0.8, only the params
+  from 0.9 (``equation_binder``).
+- Primitives emitted differ by line (0.10 adds e.g. ``stack``, ``tile``, ``philox*``): a
+  rule for a primitive a line never emits is simply unused, so rules need no version test.
 """
 from __future__ import annotations
 
