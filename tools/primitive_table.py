@@ -308,7 +308,8 @@ def op_rows():
     for name in sorted(OPS, key=lambda n: (FAMILIES.index(OPS[n].family), n)):
         d = OPS[name]
         params = ", ".join(f"`{k}`" + ("" if p.required else "?") for k, p in d.params.items())
-        rows.append([name, d.family, d.effect + (" (regions)" if d.regions else ""),
+        regions = f" (regions: {', '.join(d.regions)})" if d.regions else ""
+        rows.append([name, d.family, d.effect + regions,
                      params or "—", _since(claimed_targets(name)), _op_vjp(name)])
     return rows
 
@@ -354,8 +355,8 @@ def render() -> str:
         "## RLX ops",
         "",
         "One row per op of the RLX graph, read from its record (`rlxjax.ir.ops.OPS`). "
-        "*effect*: `pure` ops may be merged and folded, `random` ones never; *(regions)* "
-        "marks ops that carry sub-graphs. *parameters* is the op's schema (`?`: optional); a "
+        "*effect*: `pure` ops may be merged and folded, `random` ones never; *(regions: ...)* "
+        "names the sub-graphs an op carries (``Node.regions``). *parameters* is the op's schema (`?`: optional); a "
         "node whose parameters do not fit is refused when built and by the verifier. "
         "*lowers on* is what the op's Core ML lowering claims, and "
         "`tests/test_op_records.py` lowers a node of every op on each of those targets and "

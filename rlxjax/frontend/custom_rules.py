@@ -18,6 +18,7 @@ from typing import List
 
 import jax
 
+from .. import _jax_compat as jc
 from ..errors import UnsupportedPrimitiveError
 from ..ir import Graph
 from .interpreter import Lowering, aval_type
@@ -59,13 +60,13 @@ class _CustomBackward:
 
     def _build(self) -> Graph:
         eqn, floats, outs_float = self.eqn, self.floats, self.outs_float
-        bind_params = eqn.primitive.get_bind_params(eqn.params)
+        bind = jc.equation_binder(eqn)
 
         def bwd(xs, cts):
             def f(*fx):
                 it = iter(fx)
                 full = [next(it) if fl else x for fl, x in zip(floats, xs)]
-                outs = eqn.primitive.bind(*full, **bind_params)
+                outs = bind(*full)
                 return [o for o, fl in zip(outs, outs_float) if fl]
 
             _, vjp = jax.vjp(f, *[x for fl, x in zip(floats, xs) if fl])

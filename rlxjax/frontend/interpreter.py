@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
-from jax.extend import core as jex_core
+from .. import _jax_compat as jc
 
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Dyn, Graph, TensorType, Value, dtype_from_numpy
@@ -21,9 +21,7 @@ from .rules.random import reject_prng_key
 def source_line(eqn) -> Optional[str]:
     """'file.py:12 (fn)' of the user's frame that emitted this equation, if known."""
     try:
-        from jax._src import source_info_util
-
-        return source_info_util.summarize(eqn.source_info)
+        return jc.summarize_source(eqn.source_info)
     except Exception:  # JAX internals moved: degrade to no location rather than fail
         return None
 
@@ -61,7 +59,7 @@ class Lowering(Builder):
         closed: Dict[Any, Any] = {}
 
         def read(atom) -> Value:
-            if isinstance(atom, jex_core.Literal):
+            if isinstance(atom, jc.Literal):
                 return self.constant(np.asarray(atom.val, dtype=atom.aval.dtype))
             v = env.get(atom)
             if v is None:
@@ -81,7 +79,7 @@ class Lowering(Builder):
         for eqn in jaxpr.eqns:
             outs = self.eval_eqn(eqn, read)
             for var, v in zip(eqn.outvars, outs):
-                if not isinstance(var, jex_core.DropVar):
+                if not isinstance(var, jc.DropVar):
                     env[var] = v
         return [read(a) for a in jaxpr.outvars]
 

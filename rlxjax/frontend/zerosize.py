@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 import numpy as np
-from jax.extend import core as jex_core
+from .. import _jax_compat as jc
 
 from ..errors import ZeroSizeError
 from ..ir import constant_value
@@ -35,7 +35,7 @@ def _empty(aval) -> bool:
 def _has_body(eqn) -> bool:
     """Call and control-flow primitives: their bodies are translated (and folded) as usual."""
     def is_jaxpr(v):
-        if isinstance(v, (jex_core.Jaxpr, jex_core.ClosedJaxpr)):
+        if isinstance(v, (jc.Jaxpr, jc.ClosedJaxpr)):
             return True
         return isinstance(v, (tuple, list)) and any(is_jaxpr(x) for x in v)
 

@@ -25,9 +25,7 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
-from jax.core import ShapedArray
-from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from .._jax_compat import Primitive, ShapedArray, ad, mlir, register_batcher
 
 # policy(args, dims, params) -> (new_args, new_params, post) | None, where ``post`` maps
 # the primitive's output(s) on ``new_args`` to the batched output(s) with batch dim 0.
@@ -90,12 +88,7 @@ def define_primitive(name: str, impl: Callable, *, multiple_results: bool = Fals
     prim.def_abstract_eval(abstract_eval)
     mlir.register_lowering(prim, mlir.lower_fun(_lowering_fun, multiple_results=multiple_results))
     ad.primitive_jvps[prim] = _jvp
-    if hasattr(batching, "fancy_primitive_batchers"):
-        # jax >= 0.4.36: ``primitive_batchers`` is only a deprecated shim around this dict
-        batching.fancy_primitive_batchers[prim] = \
-            lambda axis_data, args, dims, **params: _batch(args, dims, **params)
-    else:  # pragma: no cover - older jax
-        batching.primitive_batchers[prim] = _batch
+    register_batcher(prim, _batch)
     prim.reference = impl  # operand-form reference, for tools (e.g. the rlxjax frontend)
     return prim
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import ad
 
+from .._jax_compat import ad
 from ._primitive import define_primitive
 
 __all__ = ["dropout", "dropout_p", "dropout_scale"]

@@ -22,8 +22,8 @@ Axes are normalised to ``0..ndim-1``; all operands have ``x``'s dtype (the wrapp
 from __future__ import annotations
 
 import jax.numpy as jnp
-from jax.core import ShapedArray
 
+from .._jax_compat import ShapedArray
 from . import reference as R
 from ._primitive import (
     NOT_MAPPED, define_primitive, merge_into_axis0, shift_axes, x_only_policy,

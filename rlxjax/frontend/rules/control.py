@@ -3,14 +3,14 @@ for control flow (cond / while / scan become region-carrying RLX ops, ir/control
 from __future__ import annotations
 
 import numpy as np
-from jax.extend import core as jex_core
+from ... import _jax_compat as jc
 
 from ...ir import DType, Graph
 from ..registry import rule
 
 
 def _inline(ctx, jaxpr, args):
-    if isinstance(jaxpr, jex_core.ClosedJaxpr):
+    if isinstance(jaxpr, jc.ClosedJaxpr):
         return ctx.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, args)
     return ctx.eval_jaxpr(jaxpr, [], args)
 

@@ -6,6 +6,7 @@ import jax
 import numpy as np
 from jax import lax
 
+from .... import _jax_compat as jc
 from ....ir import DType
 from ...registry import rule
 
@@ -19,10 +20,8 @@ def _cumsum(ctx, eqn, x):
 
 
 def _combine(name):
-    from jax._src.lax.other import logaddexp
-
     return {"cumprod": lax.mul, "cummax": lax.max, "cummin": lax.min,
-            "cumlogsumexp": logaddexp}[name]
+            "cumlogsumexp": jc.logaddexp()}[name]
 
 
 def _interleave(a, b, axis):

@@ -1,0 +1,84 @@
+"""Every JAX internal rlxjax uses, in one place, for each supported JAX line (0.8 - 0.10).
+
+rlxjax reads jaxprs, so it depends on JAX's jaxpr data types and on a few extension
+hooks. Where a name moved between releases, this module finds it; the rest of the package
+imports from here and never from ``jax._src``, ``jax.core``, ``jax.extend`` or
+``jax.interpreters`` directly. When JAX moves something again, this is the one file to
+change; ``tests/test_jax_compat.py`` checks that each name here resolves on the JAX
+installed.
+
+What moved (release where the public name appeared):
+- ``DropVar``: ``jax.extend.core.DropVar`` from 0.10; before that only
+  ``jax.core.DropVar`` (deprecated in 0.10) and ``jax._src.core.DropVar``.
+- ``Primitive.get_bind_params``: returns ``(subfuns, params)`` on 0.8, only the params
+  from 0.9 (``equation_binder``).
+- Primitives emitted differ by line (0.10 adds e.g. ``stack``, ``tile``, ``philox*``): a
+  rule for a primitive a line never emits is simply unused, so rules need no version test.
+"""
+from __future__ import annotations
+
+import jax
+from jax import core as _jax_core
+from jax.extend import core as _jex_core
+from jax.extend import source_info_util as _source_info_util
+from jax.interpreters import ad, batching, mlir  # noqa: F401  (re-exported)
+
+#: The JAX release lines rlxjax is tested on (pyproject.toml's range says the same; CI runs
+#: the suite on the first and the last, .ci/run).
+SUPPORTED_LINES = ((0, 8), (0, 9), (0, 10))
+#: This JAX's release line, e.g. (0, 9).
+LINE = tuple(jax.__version_info__[:2])
+
+# -- jaxpr data types --------------------------------------------------------------------
+Jaxpr = _jex_core.Jaxpr
+ClosedJaxpr = _jex_core.ClosedJaxpr
+Literal = _jex_core.Literal
+Var = _jex_core.Var
+Primitive = _jex_core.Primitive
+
+try:  # jax >= 0.10
+    DropVar = _jex_core.DropVar
+except AttributeError:  # jax 0.8, 0.9: not yet public in jax.extend.core
+    from jax._src.core import DropVar  # noqa: F401
+
+# -- avals -------------------------------------------------------------------------------
+ShapedArray = _jax_core.ShapedArray
+
+
+# -- source locations --------------------------------------------------------------------
+def summarize_source(source_info):
+    """'file.py:12 (fn)' of the user's frame recorded in an equation's ``source_info``."""
+    return _source_info_util.summarize(source_info)
+
+
+# -- lax functions with no public name ---------------------------------------------------
+def logaddexp():
+    """lax-level logaddexp (what ``lax.cumlogsumexp`` combines with; not in ``jax.lax``)."""
+    from jax._src.lax.other import logaddexp as f
+
+    return f
+
+
+# -- extension hooks ---------------------------------------------------------------------
+def register_batcher(prim, rule):
+    """vmap rule ``rule(args, dims, **params) -> (out, out_dims)`` for ``prim``.
+
+    Since jax 0.4.36 ``batching.primitive_batchers`` is a deprecated shim around
+    ``fancy_primitive_batchers``, whose rules also receive the axis data (unused here)."""
+    batching.fancy_primitive_batchers[prim] = \
+        lambda axis_data, args, dims, **params: rule(args, dims, **params)
+
+
+# -- re-binding an equation --------------------------------------------------------------
+def equation_binder(eqn):
+    """``bind(*args)`` that re-binds ``eqn``'s primitive with its params, as
+    ``jax.core.eval_jaxpr`` does (so JAX applies e.g. a custom_jvp/vjp rule under jax.vjp).
+
+    ``Primitive.get_bind_params`` returns ``(subfuns, params)`` up to jax 0.8 and only the
+    params (subfuns inside them) from jax 0.9."""
+    prim = eqn.primitive
+    bind_params = prim.get_bind_params(eqn.params)
+    if isinstance(bind_params, tuple):  # jax 0.8
+        subfuns, bind_params = bind_params
+        return lambda *args: prim.bind(*subfuns, *args, **bind_params)
+    return lambda *args: prim.bind(*args, **bind_params)
