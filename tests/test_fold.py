@@ -67,10 +67,11 @@ def check_fold(fn, *consts, ulps=0, jax_ulps=None, precision="fp32"):
 
 
 def _flush_subnormals(a):
-    """``a`` with subnormal floats flushed to zero, as XLA on CPU computes them (numpy and
-    the reference backend keep them: 2**-126 / 2 is 2**-127 there, 0 in JAX)."""
+    """``a`` with subnormal fp32 values flushed to zero, as XLA on CPU computes fp32
+    arithmetic (numpy and the reference backend keep them: 2**-126 / 2 is 2**-127 there,
+    0 in JAX). fp16 subnormals survive in JAX too (f32 -> f16 of 1e-6 is 1e-6)."""
     a = np.asarray(a)
-    if a.dtype.kind != "f":
+    if a.dtype != np.float32:
         return a
     return np.where(np.abs(a) < np.finfo(a.dtype).tiny, np.zeros_like(a), a).astype(a.dtype)
 
@@ -122,7 +123,9 @@ def test_binary_float_ops_fold_bit_exactly(name, xy):
     if name == "clamp":
         xy[1] = np.broadcast_to(xy[1], np.broadcast_shapes(xy[0].shape, xy[1].shape)).copy()
         xy[0] = np.broadcast_to(xy[0], xy[1].shape).copy()
-    check_fold(fn, *xy)
+    # XLA on CPU divides by a broadcast divisor as x * (1 / y): 5 / 0.375 is 13.333334
+    # there, the correctly rounded 13.333333 in numpy (the fold and the reference backend)
+    check_fold(fn, *xy, jax_ulps=1 if name == "div" else None)
 
 
 INT_BINARY = {"add": jnp.add, "mul": jnp.multiply, "rem": jnp.fmod,

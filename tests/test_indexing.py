@@ -61,16 +61,27 @@ def weighted(f):
     return loss
 
 
-def check_grad(f, *args, argnums=0, jit_of_jax_grad=True):
+def check_grad(f, *args, argnums=0, jit_of_jax_grad=True, reference_args=None):
+    """coreml_grad against jax.grad (taken at ``reference_args``, an input where ``f`` is
+    the same function, when JAX's own gradient at ``args`` is wrong); coreml_jit of JAX's
+    gradient program against JAX running that same program."""
     loss = weighted(f)
-    want = jax.grad(loss, argnums)(*args)
+    want = jax.grad(loss, argnums)(*(reference_args or args))
     c = rlxjax.coreml_grad(loss, argnums=argnums, backend="reference").lower(*args).compile()
     c.validate()
     assert_tree_close(c(*args), want, **FP32_TOL)
     if jit_of_jax_grad:  # the primitives JAX's own AD emits
+        want = jax.grad(loss, argnums)(*args)
         c = rlxjax.coreml_jit(jax.grad(loss, argnums), backend="reference").lower(*args).compile()
         c.validate()
         assert_tree_close(c(*args), want, **FP32_TOL)
+
+
+# JAX 0.8 differentiates a batched dynamic_slice / dynamic_update_slice whose start it clamps
+# into range to a zero gradient (jax.grad of vmap(dynamic_slice) at x: f32[2,1], starts
+# [[1],[1]] is [0, 0], 0.9 gives the cotangent); its gradient at the clamped starts (the
+# same function) is right on every version, so that is the reference there.
+JAX_CLAMPED_SLICE_GRAD_BUG = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9)
 
 
 # -- gather ------------------------------------------------------------------------------------
@@ -309,8 +320,10 @@ def test_windowed_gather_and_scatter(data, mode):
     u = values(data, sizes)
     check_against_jax(ds, x, starts)
     check_against_jax(dus, x, u, starts)
-    check_grad(ds, x, starts)
-    check_grad(dus, x, u, starts, argnums=(0, 1))
+    clamped = np.clip(starts, 0, np.asarray(x.shape[1:]) - np.asarray(sizes)).astype(I32)
+    ref = clamped if JAX_CLAMPED_SLICE_GRAD_BUG else starts
+    check_grad(ds, x, starts, reference_args=(x, ref))
+    check_grad(dus, x, u, starts, argnums=(0, 1), reference_args=(x, u, ref))
     # one operand, a batch of windows over its leading dims (windows may overlap)
     k = x.ndim - 1
     win = tuple(data.draw(st.integers(1, d)) for d in x.shape[:k]) + x.shape[k:]
