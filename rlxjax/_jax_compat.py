@@ -46,6 +46,11 @@ ShapedArray = _jax_core.ShapedArray
 
 
 # -- source locations --------------------------------------------------------------------
+def exclude_from_source_lines(path: str) -> None:
+    """Frames under ``path`` are never an equation's user frame (as JAX's own are not)."""
+    _source_info_util.register_exclusion(path)
+
+
 def summarize_source(source_info):
     """'file.py:12 (fn)' of the user's frame recorded in an equation's ``source_info``."""
     return _source_info_util.summarize(source_info)

@@ -79,8 +79,9 @@ def check_grad(f, *args, argnums=0, jit_of_jax_grad=True, reference_args=None):
 
 # JAX 0.8 differentiates a batched dynamic_slice / dynamic_update_slice whose start it clamps
 # into range to a zero gradient (jax.grad of vmap(dynamic_slice) at x: f32[2,1], starts
-# [[1],[1]] is [0, 0], 0.9 gives the cotangent); its gradient at the clamped starts (the
-# same function) is right on every version, so that is the reference there.
+# [[1],[1]] is [0, 0], 0.9 gives the cotangent); its gradient at the starts it would use
+# (negatives counted from the end, then clamped: the same function) is right on every
+# version, so that is the reference there.
 JAX_CLAMPED_SLICE_GRAD_BUG = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 9)
 
 
@@ -320,7 +321,9 @@ def test_windowed_gather_and_scatter(data, mode):
     u = values(data, sizes)
     check_against_jax(ds, x, starts)
     check_against_jax(dus, x, u, starts)
-    clamped = np.clip(starts, 0, np.asarray(x.shape[1:]) - np.asarray(sizes)).astype(I32)
+    dims = np.asarray(x.shape[1:])  # JAX: a negative start counts from the end, then clamps
+    clamped = np.clip(np.where(starts < 0, starts + dims, starts), 0, dims - np.asarray(sizes))
+    clamped = clamped.astype(I32)
     ref = clamped if JAX_CLAMPED_SLICE_GRAD_BUG else starts
     check_grad(ds, x, starts, reference_args=(x, ref))
     check_grad(dus, x, u, starts, argnums=(0, 1), reference_args=(x, u, ref))

@@ -5,6 +5,7 @@ rules/control.py; this module knows nothing about individual primitives.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -16,6 +17,11 @@ from ..ir.builder import Builder
 from . import uint32, zerosize
 from .registry import RULES
 from .rules.random import reject_prng_key
+
+
+# rlxjax's own frames are never the user's line (rlxjax.nn called from a model, the compat
+# module re-binding a custom rule's primitive): JAX skips them as it skips its own.
+jc.exclude_from_source_lines(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def source_line(eqn) -> Optional[str]:
