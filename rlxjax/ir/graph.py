@@ -68,12 +68,15 @@ def param_key(v: Any) -> Any:
 class Params(Mapping[str, Any]):
     """Immutable op parameters. Lists become tuples, arrays become read-only copies."""
 
-    __slots__ = ("_items", "_hash")
+    # _fits: the OpDef whose schema these params passed (infer_types); they cannot change,
+    # so the verifier's later passes over the same node need not check them again
+    __slots__ = ("_items", "_hash", "_fits")
 
     def __init__(self, items: Mapping[str, Any] | None = None):
         frozen = {k: _freeze(v) for k, v in sorted((items or {}).items())}
         object.__setattr__(self, "_items", frozen)
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_fits", None)
 
     def __getitem__(self, k):
         return self._items[k]

@@ -153,9 +153,12 @@ def infer_types(op: str, in_types: Sequence[TensorType], params,
         raise IRTypeError(f"unknown RLX op {op!r}") from None
     if opdef.arity is not None and len(in_types) != opdef.arity:
         raise IRTypeError(f"{op} takes {opdef.arity} inputs, got {len(in_types)}")
-    bad = opdef.check_params(params)
-    if bad is not None:
-        raise IRTypeError(bad)  # params that do not fit the schema
+    if getattr(params, "_fits", None) is not opdef:  # immutable Params: checked once per op
+        bad = opdef.check_params(params)
+        if bad is not None:
+            raise IRTypeError(bad)  # params that do not fit the schema
+        if hasattr(params, "_fits"):
+            object.__setattr__(params, "_fits", opdef)
     if opdef.regions or regions:
         if set(regions or ()) != set(opdef.regions):
             raise IRTypeError(f"{op} takes regions {sorted(opdef.regions)}, "
