@@ -21,7 +21,7 @@ from ..ir import DType, Dyn, Graph, Node, TensorType, verify
 from . import rules  # noqa: F401  (registers the lowerings)
 from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
-from .registry import LOWERINGS
+from ..ir.ops import OPS
 from .states import describe_states, state_input, write_state
 from .targets import Target
 
@@ -89,7 +89,8 @@ class LowerContext:
         """Lower ``nodes`` in order into the builder's current block; ``env`` maps RLX
         value ids to MIL vars and receives the nodes' outputs."""
         for node in nodes:
-            fn = LOWERINGS.get(node.op)
+            opdef = OPS.get(node.op)
+            fn = opdef.impls.get("lower") if opdef is not None else None
             if fn is None:
                 raise self.unsupported(node, "no Core ML lowering for this RLX op")
             outs = fn(self, node, *[env[v.id] for v in node.inputs])

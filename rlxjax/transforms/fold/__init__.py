@@ -31,14 +31,12 @@ converts back exactly).
 """
 from __future__ import annotations
 
-from collections import Counter
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from ...ir import Graph, Node
 from ...ir.ops import OPS
-from ..regions import all_regions
 from . import elementwise, indexing, linear, reduction, shape  # noqa: F401  (register)
 
 FOLD_MAX_GROWTH = 256
@@ -63,18 +61,14 @@ def _region_consts(node: Node):
 
 def fold_constants(graph: Graph, precision: str = "fp32") -> int:
     """Fold ``graph`` and every region in it, in place; returns how many nodes were
-    replaced by constants."""
-    shared = set()
-    if any(n.regions for n in graph.nodes):
-        uses = Counter(id(g) for g in all_regions(graph))
-        shared = {k for k, n in uses.items() if n > 1}
-    return _Folder(precision, shared).fold(graph)
+    replaced by constants. Each region belongs to one node (ir/verify.py), so the constant
+    operands of that node may be carried into it."""
+    return _Folder(precision).fold(graph)
 
 
 class _Folder:
-    def __init__(self, precision: str, shared: set):
+    def __init__(self, precision: str):
         self.fp16 = precision == "fp16"
-        self.shared = shared  # ids of regions more than one node carries: not specialised
 
     def compute(self, arr: np.ndarray) -> np.ndarray:
         """A value as the program holds it (f32 as f16 in an fp16 program)."""
@@ -151,8 +145,6 @@ class _Folder:
 
     def _propagate(self, region: Graph, node: Node, outer, inner, known) -> int:
         """Replace region inputs fed by constant operands with constants; fold the region."""
-        if id(region) in self.shared:
-            return self.fold(region)
         read = {v.id for n in region.nodes for v in n.inputs}
         read.update(v.id for _, v in region.outputs)
         mapping = {}
