@@ -1,0 +1,378 @@
+"""Run JAX's own primitive test harnesses through rlxjax and compare with JAX.
+
+    python tools/conformance.py                   # every applicable harness, fwd + grad
+    python tools/conformance.py --group sort      # one group (repeatable)
+    python tools/conformance.py --sample 3        # the deterministic sample the tests run
+    python tools/conformance.py --write           # also write docs/conformance.json
+
+JAX ships a table of primitive test cases in its wheel,
+``jax._src.internal_test_util.test_harnesses.all_harnesses``. For every harness whose
+dtype Core ML can carry (f32, f16, i32, i8, u8, bool) this runs ``harness.dyn_fun`` on
+``harness.dyn_args_maker(rng)`` through ``rlxjax.coreml_jit`` (compiled, validated by
+coremltools' MIL loader, run on the reference backend) and through ``jax.jit``, and
+compares. Every float32 harness also compiles the gradient of a weighted sum of its float
+outputs with respect to its float inputs (``coreml_grad`` against ``jax.grad``).
+
+Each run is one of:
+
+- ``pass``: same result (integers and booleans exactly, floats within the tolerance);
+- ``wrong``: a different result;
+- ``crash``: an exception that is not an rlxjax error (a bug: bad input must get a clear
+  rlxjax error) or a time-out;
+- ``unsupported``: an rlxjax error (``rlxjax.errors.RlxError``) that says what is not
+  supported;
+- ``n/a``: not applicable, with the reason: a dtype Core ML cannot carry, a case JAX
+  itself does not implement on CPU or rejects, or no float input/output to differentiate;
+- ``valid-diff``: a difference JAX's own semantics allow (see ``VALID_DIFFERENCES``).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import threading
+import sys
+import traceback
+import zlib
+
+import numpy as np
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, ROOT)
+RESULTS = os.path.join(ROOT, "docs", "conformance.json")
+
+CORE_ML_DTYPES = ("float32", "float16", "int32", "int8", "uint8", "bool")
+TIMEOUT_S = 120
+
+# Tolerances by dtype (rtol, atol). The reference backend computes in numpy float32 and
+# XLA:CPU with its own polynomial approximations: transcendental functions differ by a few
+# ulp. A harness's own ``tol`` wins when it is larger.
+TOL = {"float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2)}
+GRAD_TOL = (1e-4, 1e-4)
+
+
+def harnesses():
+    from jax._src.internal_test_util import test_harnesses as th
+    return th.all_harnesses
+
+
+def _dtype_name(dt) -> str:
+    return np.dtype(dt).name
+
+
+def _canonical(x):
+    import jax
+    arr = np.asarray(x)
+    return arr.astype(jax.dtypes.canonicalize_dtype(arr.dtype), copy=False)
+
+
+def _args(h):
+    rng = np.random.RandomState(zlib.crc32(h.fullname.encode()) & 0x7FFFFFFF)
+    return h.dyn_args_maker(rng)
+
+
+def _leaves(tree):
+    import jax
+    return jax.tree_util.tree_leaves(tree)
+
+
+def not_applicable(h) -> str | None:
+    """Why a harness does not apply to Core ML, or None."""
+    if h.dtype is None or _dtype_name(h.dtype) not in CORE_ML_DTYPES:
+        return f"dtype {h.dtype and _dtype_name(h.dtype)} (Core ML carries {', '.join(CORE_ML_DTYPES)})"
+    if not h.filter("cpu"):
+        return "JAX does not implement it on CPU"
+    return None
+
+
+def _compare(got, want, rtol, atol) -> str | None:
+    """None when equal, else what differs."""
+    import jax
+    g_leaves, g_tree = jax.tree_util.tree_flatten(got)
+    w_leaves, w_tree = jax.tree_util.tree_flatten(want)
+    if g_tree != w_tree:
+        return f"structure {g_tree} != {w_tree}"
+    for i, (g, w) in enumerate(zip(g_leaves, w_leaves)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {i}: {g.dtype}{list(g.shape)} != {w.dtype}{list(w.shape)}"
+        if w.dtype.kind in "biu":
+            if not np.array_equal(g, w):
+                bad = int(np.sum(g != w))
+                return f"output {i}: {bad}/{w.size} elements differ"
+        else:
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            if not np.array_equal(np.isnan(g64), np.isnan(w64)):
+                return f"output {i}: NaN positions differ"
+            ok = ~np.isnan(w64)
+            if not np.array_equal(g64[ok & np.isinf(w64)], w64[ok & np.isinf(w64)]):
+                return f"output {i}: infinities differ"
+            fin = ok & np.isfinite(w64)
+            if not np.all(np.isfinite(g64[fin])):
+                return f"output {i}: non-finite where JAX is finite"
+            err = np.abs(g64[fin] - w64[fin])
+            lim = atol + rtol * np.abs(w64[fin])
+            if np.any(err > lim):
+                k = int(np.argmax(err - lim))
+                return (f"output {i}: {int(np.sum(err > lim))}/{w.size} elements beyond "
+                        f"rtol={rtol:g} atol={atol:g}; worst {g64[fin][k]!r} vs "
+                        f"{w64[fin][k]!r}")
+    return None
+
+
+def _tol(h, dtype_name):
+    rtol, atol = TOL.get(dtype_name, (0.0, 0.0))
+    t = h.params.get("tol")
+    if t is not None:
+        rtol, atol = max(rtol, t), max(atol, t)
+    return rtol, atol
+
+
+# Differences JAX's own semantics allow: group -> (predicate(h), explanation).
+VALID_DIFFERENCES = {}
+
+
+def _error_outcome(e: BaseException):
+    from rlxjax.errors import RlxError
+    if isinstance(e, RlxError):
+        return "unsupported", f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    tb = traceback.extract_tb(e.__traceback__)
+    where = next((f"{os.path.relpath(f.filename, ROOT)}:{f.lineno}" for f in reversed(tb)
+                  if "rlxjax" in f.filename), tb[-1].filename if tb else "?")
+    return "crash", f"{type(e).__name__}: {str(e).splitlines()[0][:240] if str(e) else ''} [{where}]"
+
+
+def run_forward(h, backend="reference"):
+    import jax
+    import rlxjax
+    why = not_applicable(h)
+    if why:
+        return "n/a", why
+    try:
+        args = [_canonical(a) for a in _args(h)]
+        want = jax.jit(h.dyn_fun)(*args)
+    except Exception as e:  # noqa: BLE001 - JAX rejects it: nothing to compare with
+        return "n/a", f"JAX rejects it: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    for leaf in _leaves(want) + args:
+        if _dtype_name(np.asarray(leaf).dtype) not in CORE_ML_DTYPES:
+            return "n/a", f"an input or output is {np.asarray(leaf).dtype}"
+    try:
+        compiled = rlxjax.coreml_jit(h.dyn_fun, backend=backend).lower(*args).compile()
+        compiled.validate()
+        got = compiled(*args)
+    except Exception as e:  # noqa: BLE001 - classified
+        return _error_outcome(e)
+    rtol, atol = _tol(h, _dtype_name(h.dtype))
+    diff = _compare(got, want, rtol, atol)
+    if diff is None:
+        return "pass", ""
+    return "wrong", diff
+
+
+def _grad_setup(h):
+    """(loss, argnums, args) for the gradient run, or a reason string."""
+    import jax
+    import jax.numpy as jnp
+    args = [_canonical(a) for a in _args(h)]
+    for a in args:
+        if _dtype_name(a.dtype) not in CORE_ML_DTYPES:
+            return f"an input is {a.dtype}"
+    argnums = tuple(i for i, a in enumerate(args) if a.dtype == np.float32)
+    if not argnums:
+        return "no float32 input"
+    out = jax.eval_shape(h.dyn_fun, *args)
+    leaves = _leaves(out)
+    if not any(np.dtype(o.dtype) == np.float32 for o in leaves):
+        return "no float32 output"
+    for o in leaves:
+        if _dtype_name(o.dtype) not in CORE_ML_DTYPES:
+            return f"an output is {np.dtype(o.dtype)}"
+    rng = np.random.RandomState(1234)
+    weights = [rng.uniform(0.5, 1.5, o.shape).astype(np.float32)
+               if np.dtype(o.dtype) == np.float32 else None for o in leaves]
+
+    def loss(*xs):
+        outs = _leaves(h.dyn_fun(*xs))
+        return sum(jnp.sum(o * w) for o, w in zip(outs, weights) if w is not None)
+    return loss, argnums, args
+
+
+def run_grad(h, backend="reference"):
+    import jax
+    import rlxjax
+    why = not_applicable(h)
+    if why:
+        return "n/a", why
+    if _dtype_name(h.dtype) != "float32":
+        return "n/a", "gradients are checked on float32 harnesses"
+    try:
+        setup = _grad_setup(h)
+        if isinstance(setup, str):
+            return "n/a", setup
+        loss, argnums, args = setup
+        want = jax.jit(jax.grad(loss, argnums=argnums))(*args)
+    except Exception as e:  # noqa: BLE001
+        return "n/a", f"JAX rejects it: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    try:
+        got = rlxjax.coreml_grad(loss, argnums=argnums, backend=backend)(*args)
+    except Exception as e:  # noqa: BLE001 - classified
+        return _error_outcome(e)
+    diff = _compare(got, want, *GRAD_TOL)
+    if diff is None:
+        return "pass", ""
+    return "wrong", diff
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+def _run_one(job):
+    idx, kind = job
+    h = harnesses()[idx]
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(TIMEOUT_S)
+    try:
+        status, detail = (run_forward if kind == "fwd" else run_grad)(h)
+    except _Timeout:
+        status, detail = "crash", f"timed out after {TIMEOUT_S} s"
+    except Exception as e:  # noqa: BLE001 - the runner itself must not die
+        status, detail = "crash", f"runner: {type(e).__name__}: {e}"
+    finally:
+        signal.alarm(0)
+    return {"group": h.group_name, "name": h.fullname, "kind": kind, "dtype":
+            None if h.dtype is None else _dtype_name(h.dtype), "status": status,
+            "detail": detail}
+
+
+def _worker():
+    """Run the jobs named on stdin (``index kind`` per line), one JSON line each."""
+    for line in sys.stdin:
+        i, kind = line.split()
+        print(json.dumps(_run_one((int(i), kind))), flush=True)
+
+
+def run_jobs(jobs, n_procs: int):
+    """Run jobs in ``n_procs`` worker processes; a worker that dies (a segfault, an abort in
+    a library) marks its current job a crash and is replaced for the rest of its share."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        tqdm = None
+    bar = tqdm(total=len(jobs)) if tqdm else None
+    lock = threading.Lock()
+    results = {}
+
+    def shard(todo):
+        while todo:
+            p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 cwd=ROOT)
+            p.stdin.write("".join(f"{i} {k}\n" for i, k in todo))
+            p.stdin.close()
+            done = 0
+            for line in p.stdout:
+                r = json.loads(line)
+                with lock:
+                    results[todo[done]] = r
+                    if bar:
+                        bar.update()
+                done += 1
+            rc = p.wait()
+            if done < len(todo):
+                i, k = todo[done]
+                h = harnesses()[i]
+                with lock:
+                    results[todo[done]] = {
+                        "group": h.group_name, "name": h.fullname, "kind": k,
+                        "dtype": None if h.dtype is None else _dtype_name(h.dtype),
+                        "status": "crash", "detail": f"the process died (exit {rc})"}
+                    if bar:
+                        bar.update()
+                done += 1
+            todo = todo[done:]
+
+    shares = [jobs[k::n_procs] for k in range(max(1, n_procs))]
+    threads = [threading.Thread(target=shard, args=(sh,)) for sh in shares]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if bar:
+        bar.close()
+    return [results[j] for j in jobs]
+
+
+def sample(hs, per_group: int):
+    """A deterministic sample: up to ``per_group`` harnesses of each group, chosen by a hash
+    of their names (stable across runs and machines)."""
+    by_group = collections.defaultdict(list)
+    for i, h in enumerate(hs):
+        if not_applicable(h) is None:
+            by_group[h.group_name].append(i)
+    out = []
+    for g in sorted(by_group):
+        idx = sorted(by_group[g], key=lambda i: zlib.crc32(hs[i].fullname.encode()))
+        out.extend(idx[:per_group])
+    return sorted(out)
+
+
+def summarize(results):
+    out = {}
+    for kind in ("fwd", "grad"):
+        c = collections.Counter(r["status"] for r in results if r["kind"] == kind)
+        applicable = sum(v for k, v in c.items() if k != "n/a")
+        passed = c["pass"] + c["valid-diff"]
+        out[kind] = dict(c, applicable=applicable,
+                         pass_rate=round(passed / applicable, 4) if applicable else None)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--group", action="append", help="only these harness groups")
+    ap.add_argument("--name", help="only harnesses whose name contains this")
+    ap.add_argument("--sample", type=int, help="a deterministic sample of N per group")
+    ap.add_argument("--kind", choices=("fwd", "grad", "both"), default="both")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--write", action="store_true", help=f"write {os.path.relpath(RESULTS, ROOT)}")
+    ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--show", default="wrong,crash",
+                    help="statuses to list one by one (comma-separated)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        _worker()
+        return 0
+
+    hs = harnesses()
+    idx = sample(hs, a.sample) if a.sample else range(len(hs))
+    idx = [i for i in idx if (not a.group or hs[i].group_name in a.group)
+           and (not a.name or a.name in hs[i].fullname)]
+    kinds = ("fwd", "grad") if a.kind == "both" else (a.kind,)
+    jobs = [(i, k) for i in idx for k in kinds]
+    results = run_jobs(jobs, a.jobs)
+    show = set(a.show.split(","))
+    for r in results:
+        if r["status"] in show:
+            print(f"{r['status']:11s} {r['kind']:4s} {r['name']}: {r['detail']}")
+    summary = summarize(results)
+    print(json.dumps(summary, indent=1))
+    if a.json or a.write:
+        import jax
+        payload = {"jax": jax.__version__, "summary": summary, "results": results}
+        path = a.json or RESULTS
+        from rlxjax.atomic import write_bytes  # noqa: PLC0415
+        write_bytes(path, (json.dumps(payload, indent=0, sort_keys=True) + "\n").encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
