@@ -21,7 +21,12 @@ from .rules.random import reject_prng_key
 
 # rlxjax's own frames are never the user's line (rlxjax.nn called from a model, the compat
 # module re-binding a custom rule's primitive): JAX skips them as it skips its own.
-jc.exclude_from_source_lines(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Both spellings of the folder: code objects keep the path as imported, which need not be
+# normalised (``sys.path`` holding ``tools/..``).
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+jc.exclude_from_source_lines(_HERE)
+if os.path.dirname(os.path.dirname(__file__)) != _HERE:
+    jc.exclude_from_source_lines(os.path.dirname(os.path.dirname(__file__)))
 
 
 def source_line(eqn) -> Optional[str]:
