@@ -29,14 +29,23 @@ _MAX_MANIFEST_BYTES = 1 << 20
 _AUTHOR = "com.apple.CoreML"
 
 
+def _within(path: str, root: str) -> bool:
+    """Whether the real path of ``path`` is ``root``'s real path or below it."""
+    full, base = os.path.realpath(path), os.path.realpath(root)
+    return os.path.commonpath([full, base]) == base
+
+
 def _inside(root: str, rel: str) -> str:
-    """``root``/``rel``, refusing paths that leave ``root``."""
-    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
+    """The real path of ``root``/``rel``, refusing paths that leave ``root`` (``..``,
+    absolute paths, symlinks resolving elsewhere; ``root`` itself a symlink out of the
+    package is refused by the caller)."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel or os.path.isabs(rel):
         raise PackageError(f"manifest path {rel!r} is not a relative path")
-    full = os.path.realpath(os.path.join(root, rel))
-    if os.path.commonpath([full, os.path.realpath(root)]) != os.path.realpath(root):
-        raise PackageError(f"manifest path {rel!r} points outside the package")
-    return full
+    full = os.path.join(root, rel)
+    if not _within(full, root):
+        raise PackageError(f"manifest path {rel!r} points outside the package "
+                           f"(to {os.path.realpath(full)!r}): refused")
+    return os.path.realpath(full)
 
 
 def _read_manifest(pkg: str) -> Tuple[str, Optional[str]]:
@@ -57,6 +66,9 @@ def _read_manifest(pkg: str) -> Tuple[str, Optional[str]]:
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise PackageError(f"{mpath} is malformed ({type(e).__name__}: {e})") from None
     data = os.path.join(pkg, "Data")
+    if os.path.isdir(data) and not _within(data, pkg):
+        raise PackageError(f"{pkg}: its Data folder is a link to {os.path.realpath(data)!r}, "
+                           "outside the package: refused")
     model_file = _inside(data, model_rel)
     if not os.path.isfile(model_file):
         raise PackageError(f"{pkg}: the model file {model_rel!r} named by the manifest is missing")
@@ -68,7 +80,50 @@ def _read_manifest(pkg: str) -> Tuple[str, Optional[str]]:
             break
     if weights is None:  # coremltools' convention: a 'weights' folder next to the model
         weights = os.path.join(os.path.dirname(model_file), "weights")
+        if os.path.lexists(weights) and not _within(weights, data):
+            raise PackageError(f"{pkg}: the weights folder is a link to "
+                               f"{os.path.realpath(weights)!r}, outside the package: refused")
+        weights = os.path.realpath(weights)
     return model_file, (weights if os.path.isdir(weights) else None)
+
+
+def _blob_file_names(message):
+    """Every ``BlobFileValue.fileName`` anywhere in a protobuf message (nested blocks,
+    attributes, input bindings, tuple values)."""
+    from coremltools.proto import MIL_pb2
+
+    stack = [message]
+    while stack:
+        msg = stack.pop()
+        if isinstance(msg, MIL_pb2.Value.BlobFileValue):
+            yield msg.fileName
+            continue
+        for field, value in msg.ListFields():
+            if field.message_type is None:
+                continue
+            if field.message_type.GetOptions().map_entry:
+                entry_value = field.message_type.fields_by_name["value"]
+                if entry_value.message_type is not None:
+                    stack.extend(value.values())
+            elif hasattr(value, "ListFields"):  # a message (protobuf-version independent)
+                stack.append(value)
+            else:  # a repeated message field
+                stack.extend(value)
+
+
+def _check_weight_references(pkg: str, model, weights_dir: Optional[str]) -> None:
+    """Every weight file the program names lies inside the package's weights folder
+    (whichever backend runs it: Core ML resolves ``@model_path`` itself)."""
+    from .runtime.reference.values import ValueDecodeError, weight_file_path
+
+    for name in set(_blob_file_names(model)):
+        if weights_dir is None:
+            raise PackageError(f"{pkg}: the program reads weight file {name!r} but the "
+                               "package has no weights folder")
+        try:
+            weight_file_path(weights_dir, name)
+        except ValueDecodeError as e:
+            raise PackageError(f"{pkg}: {e}") from None
 
 
 def _parse_model(model_file: str):
@@ -233,4 +288,5 @@ def load(path, backend: str | None = None) -> LoadedModel:
                            f"'*{MLPACKAGE_SUFFIX}' folder")
     model_file, weights = _read_manifest(pkg)
     model = _parse_model(model_file)
+    _check_weight_references(pkg, model, weights)
     return LoadedModel(pkg, model, weights, backend)

@@ -248,6 +248,70 @@ def test_truncated_weight_file(saved, tmp_path):
             _load_and_run(pkg)
 
 
+# -- weight files outside the package ------------------------------------------------------------
+# A package is untrusted input: every file it references must lie inside it. Each case points
+# the program's blobs at a perfectly valid weight file outside the package (a copy of its
+# own), so only the confinement can refuse it.
+
+def _outside_copy(saved, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir(exist_ok=True)
+    shutil.copy(os.path.join(saved[0], WEIGHT_REL), outside / "weight.bin")
+    return str(outside / "weight.bin")
+
+
+def _set_blob_names(pkg, name):
+    model = _spec(pkg)
+    for bf in _blob_values(model):
+        bf.fileName = name
+    with open(os.path.join(pkg, MODEL_REL), "wb") as f:
+        f.write(model.SerializeToString())
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "absolute", "no-prefix", "absolute-no-prefix",
+                                  "model-path-only", "symlink-file"])
+def test_blob_file_outside_the_package_is_refused(saved, tmp_path, kind):
+    pkg = _copy(saved, tmp_path)
+    target = _outside_copy(saved, tmp_path)
+    weights = os.path.join(pkg, os.path.dirname(WEIGHT_REL))
+    if kind == "symlink-file":
+        os.symlink(target, os.path.join(weights, "link.bin"))
+    name = {"dotdot": "@model_path/weights/" + os.path.relpath(target, weights),
+            "absolute": "@model_path/weights/" + target,
+            "no-prefix": "weights/weight.bin",
+            "absolute-no-prefix": target,
+            "model-path-only": "@model_path/weights/",
+            "symlink-file": "@model_path/weights/link.bin"}[kind]
+    _set_blob_names(pkg, name)
+    with pytest.raises(PackageError, match="weight"):
+        _load_and_run(pkg)
+    # The reference interpreter confines them too, whoever hands it the program.
+    from rlxjax.runtime.backends import reference_program
+    with pytest.raises(ReferenceRuntimeError, match="refus|names no weight"):
+        reference_program(_spec(pkg), weights)
+
+
+@pytest.mark.parametrize("link", ["weights", "Data"])
+def test_symlinked_folder_out_of_the_package_is_refused(saved, tmp_path, link):
+    pkg = _copy(saved, tmp_path)
+    outside = str(tmp_path / "outside-folder")
+    folder = os.path.join(pkg, "Data") if link == "Data" else os.path.join(
+        pkg, os.path.dirname(WEIGHT_REL))
+    shutil.move(folder, outside)
+    os.symlink(outside, folder)
+    with pytest.raises(PackageError, match="outside the package"):
+        _load_and_run(pkg)
+
+
+def test_symlink_inside_the_package_is_allowed(saved, tmp_path):
+    pkg = _copy(saved, tmp_path)
+    weights = os.path.join(pkg, os.path.dirname(WEIGHT_REL))
+    os.rename(os.path.join(weights, "weight.bin"), os.path.join(weights, "real.bin"))
+    os.symlink("real.bin", os.path.join(weights, "weight.bin"))
+    out = _load_and_run(pkg)
+    np.testing.assert_allclose(out["out_y"], saved[1]["y"], rtol=1e-6)
+
+
 _FUZZ = settings(max_examples=50, deadline=None, derandomize=True,
                  suppress_health_check=[HealthCheck.function_scoped_fixture,
                                         HealthCheck.too_slow])

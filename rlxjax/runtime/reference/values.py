@@ -89,6 +89,26 @@ def tensor_signature(value_type) -> tuple[np.dtype, tuple | None]:
     return numpy_dtype(tt.dataType), tuple(dims)
 
 
+def weight_file_path(weights_dir: str, file_name) -> str:
+    """The real path of the weight file a blob value names, ``@model_path/weights/<file>``,
+    confined to ``weights_dir``: a package is untrusted input, so a name without that prefix,
+    with ``..`` leaving the folder, absolute, or a symlink resolving outside it is refused
+    (``ValueDecodeError``) before anything is opened."""
+    if not isinstance(file_name, str) or not file_name.startswith(_WEIGHTS_PREFIX):
+        raise ValueDecodeError(f"blob file name {file_name!r} does not start with "
+                               f"{_WEIGHTS_PREFIX!r}: refusing a weight file outside the "
+                               "package's weights folder")
+    rel = file_name[len(_WEIGHTS_PREFIX):]
+    if not rel or "\x00" in rel:
+        raise ValueDecodeError(f"blob file name {file_name!r} names no weight file")
+    root = os.path.realpath(weights_dir)
+    path = os.path.realpath(os.path.join(root, rel))
+    if os.path.isabs(rel) or os.path.commonpath([path, root]) != root or path == root:
+        raise ValueDecodeError(f"blob file name {file_name!r} resolves to {path!r}, outside "
+                               f"the package's weights folder {root!r}: refused")
+    return path
+
+
 class BlobFiles:
     """Opens each weight file once and reads blob values from it."""
 
@@ -101,9 +121,7 @@ class BlobFiles:
             raise ValueDecodeError(
                 f"value is stored in blob file {file_name!r} but no weights_dir was given"
             )
-        rel = file_name[len(_WEIGHTS_PREFIX):] if file_name.startswith(_WEIGHTS_PREFIX) else (
-            os.path.basename(file_name))
-        path = os.path.join(self.weights_dir, rel)
+        path = weight_file_path(self.weights_dir, file_name)
         reader = self._readers.get(path)
         if reader is None:
             if not os.path.isfile(path):
