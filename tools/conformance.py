@@ -300,8 +300,26 @@ def run_grad(h, backend="reference"):
         got = rlxjax.coreml_grad(loss, argnums=argnums, backend=backend)(*args)
     except Exception as e:  # noqa: BLE001 - classified
         return _error_outcome(e)
-    return _judge(got, want, *GRAD_TOL,
-                  lambda: _float64(jax.grad(loss, argnums=argnums), args))
+    status, detail = _judge(got, want, *GRAD_TOL,
+                            lambda: _float64(jax.grad(loss, argnums=argnums), args))
+    if status == "wrong":
+        why = _tool("conformance_pib").promise_in_bounds_difference(
+            loss, argnums, args, got, _compare, GRAD_TOL)
+        if why:
+            return "valid-diff", f"{why} (vs JAX: {detail})"
+    return status, detail
+
+
+def _tool(name):
+    """A sibling module of this tool (tools/ need not be on sys.path)."""
+    import importlib.util
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
 
 
 class _Timeout(Exception):

@@ -17,7 +17,8 @@ def _coords(x, idx):
 @register_impl("fold", "gather_nd")
 def _gather_nd(p, x, idx):
     coords, _ = _coords(x, idx)
-    return None if coords is None else np.ascontiguousarray(x[coords])
+    # np.array, not ascontiguousarray: a rank-0 result (a full index into x) stays rank 0
+    return None if coords is None else np.array(x[coords], dtype=x.dtype)
 
 
 _AT = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}

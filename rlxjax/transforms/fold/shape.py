@@ -13,7 +13,7 @@ def _reshape(p, x):
 
 @register_impl("fold", "transpose")
 def _transpose(p, x):
-    return np.ascontiguousarray(np.transpose(x, tuple(p["perm"])))
+    return np.array(np.transpose(x, tuple(p["perm"])), order="C")  # rank 0 stays rank 0
 
 
 @register_impl("fold", "broadcast_in_dim")
@@ -60,4 +60,4 @@ def _pad(p, x, value):
         idx = [slice(None)] * x.ndim
         idx[axis] = slice(max(-lo, 0), x.shape[axis] - max(-hi, 0))
         x = x[tuple(idx)]
-    return np.ascontiguousarray(x)
+    return np.array(x, order="C")  # (ascontiguousarray makes rank 0 rank 1)
