@@ -8,7 +8,9 @@ from typing import Any, Callable, List, Sequence
 import jax
 
 from ..ir import Graph, TensorType, verify
-from ..errors import UnsupportedDTypeError, ZeroSizeError
+import numpy as np
+
+from ..errors import DynamicShapeError, UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
 from . import uint32
 from .custom_rules import CustomRules
@@ -58,11 +60,31 @@ class Traced:
     custom_rules: CustomRules = field(default_factory=CustomRules)
 
 
+def _refuse_symbolic_dims(dyn_args, names) -> None:
+    """Symbolic dimensions (``jax.export.symbolic_shape``, shape polymorphism) enter
+    through the inputs; a Core ML program here has static shapes, so refuse them there,
+    naming the input, before any op meets one."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(dyn_args))[0]:
+        shape = getattr(leaf, "shape", None)
+        if shape is None:
+            continue
+        dyn = [str(d) for d in shape if not isinstance(d, (int, np.integer))]
+        if dyn:
+            name = path_name(names[path[0].idx], path[1:])
+            dtype = getattr(leaf, "dtype", "?")
+            raise DynamicShapeError(
+                f"input '{name}' has dynamic dimension(s) {', '.join(dyn)} ({dtype}"
+                f"{list(map(str, shape))}): Core ML programs here need static shapes. Call "
+                "the function with concrete arrays (coreml_jit compiles and caches one "
+                "program per input shape), or lower one program per shape you need.")
+
+
 def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Traced:
     """Trace ``fun(*dyn_args)`` and translate it to a verified RLX graph.
 
     ``names`` gives one name per dynamic argument; leaves are named by pytree path under it.
     """
+    _refuse_symbolic_dims(dyn_args, names)
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
