@@ -34,6 +34,7 @@ _MOVES = {
     "select_n", "copy", "copy_p", "optimization_barrier", "scatter", "reduce_max",
     "reduce_min", "cummax", "cummin", "max", "min", "scatter-max", "scatter_max",
     "scatter-min", "scatter_min", "sort", "top_k", "pad", "stop_gradient", "clamp",
+    "device_put",
 }
 
 

@@ -113,3 +113,10 @@ def _is_finite(ctx, eqn, x):
     # |x| < inf is False exactly for +-inf and NaN (every comparison with NaN is False).
     inf = ctx.constant(np.asarray(np.inf, dtype=x.dtype.np))
     return ctx.add("lt", ctx.add("abs", x), inf)
+
+
+@rule("device_put")
+def _device_put(ctx, eqn, *xs):
+    """``jax.device_put`` inside a function: the identity (a Core ML program runs on one
+    device, and its values are not JAX arrays with a placement)."""
+    return list(xs)
