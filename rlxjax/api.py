@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import tempfile
 from collections import Counter
 from typing import Any, Callable, Dict, Sequence, Tuple
@@ -10,12 +11,13 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 import jax
 import numpy as np
 
-from .coreml.lower import IOSpec, lower_graph
+from .coreml.lower import IOSpec, lower_graph, sanitize
 from .coreml.package import save_mlpackage
 from .coreml.targets import get_target
 from .coreml.validate import validate_model
-from .errors import ArgumentError
+from .errors import ArgumentError, ZeroSizeError
 from .frontend import Traced, arg_names, trace
+from .frontend.zerosize import EMPTY_IO_KEY, interleave
 from .ir import Graph, TensorType, dtype_from_numpy
 from .runtime import make_backend, resolve_backend
 from .coreml.mil_cse import mil_cse
@@ -86,10 +88,13 @@ class Compiled:
             raise ArgumentError(
                 f"arguments have structure {treedef}, but the program was compiled for "
                 f"{self._traced.in_tree}")
-        arrays = []
-        for spec, leaf in zip(self.input_specs, leaves):
+        arrays, specs = [], iter(self.input_specs)
+        empty = self._traced.empty_in  # zero-size leaves: checked, not fed (zerosize.py)
+        for k, leaf in enumerate(leaves):
+            spec = empty.get(k) or next(specs)
             arr = _canonical(leaf)
-            arrays.append(arr)
+            if k not in empty:
+                arrays.append(arr)
             if arr.shape != spec.shape or arr.dtype != spec.dtype:
                 raise ArgumentError(
                     f"argument '{spec.name}' is {arr.dtype.name}{list(arr.shape)}, but the program "
@@ -109,11 +114,17 @@ class Compiled:
                 f"this program has states {list(self.state_names)}: pass "
                 "state=compiled.make_state()" if self.state_names else
                 "this program has no Core ML states: call it without state=")
-        res = backend.run(feeds) if state is None else backend.run(feeds, state=state)
-        outs = [s.from_feature(res[s.mil_name]) for s in self.output_specs]
+        if backend is None:  # every output is zero-size: nothing to run
+            res = {}
+        else:
+            res = backend.run(feeds) if state is None else backend.run(feeds, state=state)
+        outs = interleave(self._traced.out_tree.num_leaves, self._traced.empty_out,
+                          [s.from_feature(res[s.mil_name]) for s in self.output_specs])
         return jax.tree_util.tree_unflatten(self._traced.out_tree, outs)
 
     def _get_backend(self):
+        if not self.output_specs and not self.state_names:
+            return None  # a program with no outputs (all zero-size) is never run
         if self._backend is None:
             self._backend = make_backend(self._backend_name, self.spec, self._weights_dir)
         return self._backend
@@ -137,7 +148,14 @@ class Compiled:
         return self._traced.graph
 
     def save(self, path) -> str:
-        """Write the ``.mlpackage`` atomically; returns its absolute path."""
+        """Write the ``.mlpackage`` atomically; returns its absolute path. Zero-size inputs
+        and outputs are not Core ML features: the package lists them in its metadata
+        (``rlxjax.empty``) and ``rlxjax.load`` takes and returns them."""
+        if not self.output_specs and not self.state_names:
+            raise ZeroSizeError(
+                "every output of this program is zero-size (known from its shape), so it "
+                "computes nothing, and a Core ML package needs at least one output: there "
+                "is nothing to save")
         return save_mlpackage(self.spec, self._weights_dir, path)
 
     def validate(self):
@@ -169,6 +187,31 @@ class Compiled:
         return str(self.validate())
 
 
+def describe_empty_io(model, traced: Traced, in_specs, out_specs) -> None:
+    """Record the zero-size leaves of ``traced`` (not Core ML features) in ``model``'s
+    metadata, ``rlxjax.empty``: per leaf its position among the function's input / output
+    leaves, name, feature-style name (unique among the model's features), shape and
+    dtype. rlxjax.load reads it back to take and return them."""
+    if not traced.empty_in and not traced.empty_out:
+        return
+    taken = {s.mil_name for s in tuple(in_specs) + tuple(out_specs)}
+
+    def rows(empties):
+        out = []
+        for k in sorted(empties):
+            e = empties[k]
+            mil_name, n = sanitize(e.name), 1
+            while mil_name in taken:
+                mil_name, n = f"{sanitize(e.name)}_{n}", n + 1
+            taken.add(mil_name)
+            out.append({"position": k, "name": e.name, "mil_name": mil_name,
+                        "shape": list(e.shape), "dtype": e.dtype})
+        return out
+
+    model.description.metadata.userDefined[EMPTY_IO_KEY] = json.dumps(
+        {"inputs": rows(traced.empty_in), "outputs": rows(traced.empty_out)})
+
+
 class Lowered:
     """A traced function as an RLX graph, not yet lowered to Core ML."""
 
@@ -194,6 +237,7 @@ class Lowered:
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
                                        states=self.states)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
+        describe_empty_io(model, self._traced, ins, outs)
         return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import jax
+import numpy as np
 
 from .api import CoreMLFunction
 from .errors import ArgumentError
 from .frontend import Traced
+from .frontend.zerosize import EmptyIO, graph_index
 from .transforms.grad import grad_graph
 
 
@@ -49,6 +51,10 @@ class GradFunction(CoreMLFunction):
         elif tree.num_leaves != 1:
             raise ArgumentError("coreml_grad needs a function returning one scalar; return "
                                 "(loss, aux) with has_aux=True for more outputs")
+        if 0 in traced.empty_out:
+            e = traced.empty_out[0]
+            raise ArgumentError(f"gradient only defined for scalar float losses, got "
+                                f"{e.dtype}{list(e.shape)}")
         loss_t = traced.graph.outputs[0][1].type
         if loss_t.rank != 0 or not loss_t.dtype.is_float:
             raise ArgumentError(f"gradient only defined for scalar float losses, got {loss_t}")
@@ -61,16 +67,32 @@ class GradFunction(CoreMLFunction):
                 raise ArgumentError(f"argnums names argument {i}, but only {len(args)} given")
         ranges = _leaf_ranges(args, set(self.static_argnums))
         wrt = [k for i in self._nums for k in ranges[i]]
+        e_in, e_out = traced.empty_in, traced.empty_out
         for k in wrt:
-            name, v = traced.graph.inputs[k]
-            if not v.dtype.is_float:
+            if k in e_in:
+                name, dtype = e_in[k].name, e_in[k].dtype
+                is_float = np.dtype(dtype).kind == "f"
+            else:
+                name, v = traced.graph.inputs[graph_index(k, e_in)]
+                dtype, is_float = v.dtype, v.dtype.is_float
+            if not is_float:
                 raise ArgumentError(f"gradient requires float inputs, but '{name}' is "
-                                    f"{v.dtype}; leave that argument out of argnums")
+                                    f"{dtype}; leave that argument out of argnums")
         # Outputs kept before the gradients: the value (loss [, aux]) for value_and_grad,
         # the aux leaves for grad(has_aux=True), nothing for plain grad.
         keep = list(range(n_out)) if self.value else list(range(1, n_out))
-        graph = grad_graph(traced.graph, 0, wrt, keep, grads_first=not self.value,
+        # Zero-size leaves are not in the graph (frontend/zerosize.py): a zero-size input's
+        # gradient and a zero-size kept output stay zero-size leaves of the result.
+        graph = grad_graph(traced.graph, 0, [graph_index(k, e_in) for k in wrt if k not in e_in],
+                           [graph_index(k, e_out) for k in keep if k not in e_out],
+                           grads_first=not self.value,
                            custom_backward=traced.custom_rules.backward)
+        grad_empty = {j: EmptyIO(f"grad.{e_in[k].name}", e_in[k].shape, e_in[k].dtype)
+                      for j, k in enumerate(wrt) if k in e_in}
+        keep_empty = {j: e_out[k] for j, k in enumerate(keep) if k in e_out}
+        first, second = (grad_empty, keep_empty) if not self.value else (keep_empty, grad_empty)
+        n_first = len(wrt) if not self.value else len(keep)
+        empty_out = {**first, **{n_first + j: e for j, e in second.items()}}
 
         # The result's pytree, built from placeholders and flattened with None as a leaf.
         blank = lambda tree: jax.tree_util.tree_unflatten(  # noqa: E731
@@ -85,7 +107,8 @@ class GradFunction(CoreMLFunction):
         else:
             result = grads
         out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
-        return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules)
+        return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules,
+                      dict(e_in), empty_out)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

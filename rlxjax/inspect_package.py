@@ -98,9 +98,29 @@ def describe(path) -> str:
         widths = [max((len(r[i]) for r in rows), default=0) for i in range(3)]
         for r in rows:
             lines.append("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths + [0])).rstrip())
+    lines += _empty_lines(meta)
     if counts is not None:
         lines += _cost_lines(spec, counts)
     return "\n".join(lines)
+
+
+def _empty_lines(meta):
+    """The zero-size inputs / outputs the package lists (not Core ML features)."""
+    from .frontend.zerosize import EMPTY_IO_KEY
+
+    try:
+        empty = json.loads(meta[EMPTY_IO_KEY]) if EMPTY_IO_KEY in meta else None
+        rows = [(title, r["mil_name"], f"{r['dtype']}{list(r['shape'])}", r["name"])
+                for title in ("inputs", "outputs") for r in (empty or {}).get(title, [])]
+    except (ValueError, TypeError, KeyError):
+        return ["  zero-size inputs / outputs: metadata 'rlxjax.empty' is malformed"]
+    if not rows:
+        return []
+    lines = ["  zero-size inputs / outputs (not Core ML features; rlxjax.load takes and "
+             "returns them as empty arrays):"]
+    for title, name, t, path in rows:
+        lines.append(f"    {title[:-1]:<7}{name}  {t}  {path}")
+    return lines
 
 
 def _size(n: float) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 from .api import _canonical
 from .coreml.lower import IOSpec
 from .coreml.package import MLPACKAGE_SUFFIX, PackageError
+from .frontend.zerosize import EMPTY_IO_KEY, EmptyIO
 from .errors import ArgumentError, RlxError
 from .runtime import REFERENCE_BACKENDS, resolve_backend
 
@@ -165,6 +166,46 @@ def _rlxjax_specs(model) -> Tuple[Optional[Tuple[IOSpec, ...]], Optional[Tuple[I
     return ins, outs
 
 
+def _empty_io(model, n_in: int, n_out: int):
+    """The package's zero-size inputs and outputs (``rlxjax.empty``, not Core ML features):
+    ({position: (feature-style name, EmptyIO)} for inputs, the same for outputs), given
+    the numbers of real input and output features."""
+    raw = model.description.metadata.userDefined.get(EMPTY_IO_KEY)
+    if raw is None:
+        return {}, {}
+    try:
+        io = json.loads(raw)
+
+        def rows(rs, n_real):
+            out = {}
+            for r in rs:
+                k, shape = int(r["position"]), tuple(int(d) for d in r["shape"])
+                if k in out or any(d < 0 for d in shape) or 0 not in shape:
+                    raise ValueError(f"position {k}, shape {shape}")
+                out[k] = (str(r["mil_name"]),
+                          EmptyIO(str(r["name"]), shape, np.dtype(str(r["dtype"])).name))
+            if any(not 0 <= k < n_real + len(out) for k in out):
+                raise ValueError(f"positions {sorted(out)} with {n_real} features")
+            return out
+
+        return rows(io["inputs"], n_in), rows(io["outputs"], n_out)
+    except (ValueError, KeyError, TypeError) as e:
+        raise PackageError(f"the package's {EMPTY_IO_KEY} metadata is malformed "
+                           f"({type(e).__name__}: {e})") from None
+
+
+def _in_order(specs, empty):
+    """(name, IOSpec or EmptyIO) of every input / output leaf, in the function's order."""
+    it, out = iter(specs), []
+    for k in range(len(specs) + len(empty)):
+        if k in empty:
+            out.append(empty[k])
+        else:
+            spec = next(it)
+            out.append((spec.mil_name, spec))
+    return out
+
+
 # -- host <-> Core ML conversion (the IOSpec semantics Compiled.__call__ applies) ------------
 
 def to_io(spec: IOSpec, x) -> np.ndarray:
@@ -188,9 +229,16 @@ class LoadedModel:
         self.input_specs, self.output_specs = _rlxjax_specs(model)
         self.input_names = tuple(f.name for f in model.description.input)
         self.output_names = tuple(f.name for f in model.description.output)
+        self._empty_in, self._empty_out = {}, {}
         if self.input_specs is not None:
-            self.input_names = tuple(s.mil_name for s in self.input_specs)
-            self.output_names = tuple(s.mil_name for s in self.output_specs)
+            # zero-size leaves take their places among the features (frontend/zerosize.py)
+            ein, eout = _empty_io(model, len(self.input_specs), len(self.output_specs))
+            self._inputs = _in_order(self.input_specs, ein)
+            self._outputs = _in_order(self.output_specs, eout)
+            self._empty_in = {n: e for n, e in ein.values()}
+            self._empty_out = {n: e for n, e in eout.values()}
+            self.input_names = tuple(n for n, _ in self._inputs)
+            self.output_names = tuple(n for n, _ in self._outputs)
         self.backend = resolve_backend(backend)
         if self.backend in REFERENCE_BACKENDS:
             from .runtime.backends import reference_program
@@ -228,6 +276,11 @@ class LoadedModel:
             raise ArgumentError(f"the model takes inputs {list(self.input_names)}; "
                                 f"unknown {unknown}, missing {missing}")
         if self.input_specs is not None:
+            for name, e in self._empty_in.items():
+                arr = _canonical(given[name])
+                if not e.matches(arr):
+                    raise ArgumentError(f"input '{name}' is {arr.dtype.name}{list(arr.shape)}, "
+                                        f"but the program takes {e.dtype}{list(e.shape)}")
             return {s.mil_name: to_io(s, given[s.mil_name]) for s in self.input_specs}
         feeds = {}
         for name, v in given.items():
@@ -262,7 +315,8 @@ class LoadedModel:
         feeds = self._feeds(args, kwargs)
         res = self._run(feeds) if state is None else self._run(feeds, state=state)
         if self.output_specs is not None:
-            return {s.mil_name: s.from_feature(res[s.mil_name]) for s in self.output_specs}
+            return {name: (s.value() if name in self._empty_out else
+                           s.from_feature(res[s.mil_name])) for name, s in self._outputs}
         return {n: np.asarray(res[n]) for n in self.output_names if n in res} or dict(res)
 
     def __repr__(self):

@@ -3,19 +3,19 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import jax
-
-from ..ir import Graph, TensorType, verify
 import numpy as np
 
-from ..errors import DynamicShapeError, UnsupportedDTypeError, ZeroSizeError
+from ..ir import Graph, TensorType, verify
+from ..errors import DynamicShapeError, UnsupportedDTypeError
 from . import rules  # noqa: F401  (registers the rules)
 from . import uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
+from .zerosize import EmptyIO, is_empty_type
 
 __all__ = ["Traced", "trace", "path_name", "RULES"]
 
@@ -58,6 +58,9 @@ class Traced:
     in_types: List[TensorType]
     # the custom derivative rules the graph's custom_vjp nodes name (custom_rules.py)
     custom_rules: CustomRules = field(default_factory=CustomRules)
+    # zero-size leaves, not graph inputs / outputs: leaf index -> EmptyIO (zerosize.py)
+    empty_in: Dict[int, EmptyIO] = field(default_factory=dict)
+    empty_out: Dict[int, EmptyIO] = field(default_factory=dict)
 
 
 def _refuse_symbolic_dims(dyn_args, names) -> None:
@@ -91,31 +94,35 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Trace
 
     graph = Graph(getattr(fun, "__name__", "main"))
     ctx = Lowering(graph, CustomRules())
-    inputs = []
-    for (path, _), var in zip(leaves_with_paths, closed.jaxpr.invars):
+    inputs, values, empty_in, empty_out = [], [], {}, {}
+    for k, ((path, _), var) in enumerate(zip(leaves_with_paths, closed.jaxpr.invars)):
         top, rest = path[0], path[1:]
         name = path_name(names[top.idx], rest)
         t = aval_type(var.aval)
-        if t.is_static and t.size == 0:
-            raise ZeroSizeError(f"input {name} has zero size ({t}): Core ML has no zero-size "
-                                "tensors; leave it out of the arguments (or close over it)")
+        if is_empty_type(t):  # no data: an empty constant, not a program input
+            empty_in[k] = EmptyIO(name, tuple(t.shape), np.dtype(var.aval.dtype).name)
+            ctx.made_empty = True
+            values.append(ctx.constant(empty_in[k].value()))
+            continue
         inputs.append(graph.add_input(name, t))
-    outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, inputs)
+        values.append(inputs[-1])
+    outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, values)
     for (path, _), var in zip(out_paths, closed.jaxpr.outvars):
         if uint32.is_u32(var.aval):
             raise UnsupportedDTypeError(
                 f"output {path_name('out', path)} is uint32: Core ML has no uint32 tensors; "
                 "cast it to int32 inside the function (uint32 is carried as int32 only "
                 "inside a program, where its values are proven to fit)")
-    for (path, _), v in zip(out_paths, outs):
-        if v.type.is_static and v.type.size == 0:
-            raise ZeroSizeError(f"output {path_name('out', path)} has zero size ({v.type}): "
-                                "Core ML has no zero-size tensors; leave it out of the "
-                                "results (its value is known from its shape)")
+    for k, ((path, _), v, var) in enumerate(zip(out_paths, outs, closed.jaxpr.outvars)):
+        if is_empty_type(v.type):  # known from its shape: the host makes it
+            empty_out[k] = EmptyIO(path_name("out", path), tuple(v.type.shape),
+                                   np.dtype(var.aval.dtype).name)
+            continue
         graph.add_output(path_name("out", path), v)
     if ctx.made_empty:
         from ..transforms.rewrite import dce
 
         dce(graph)
     verify(graph)
-    return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules)
+    return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules,
+                  empty_in, empty_out)

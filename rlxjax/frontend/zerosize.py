@@ -14,12 +14,16 @@ A zero-size value is fully known from its shape, so the frontend never builds on
     block return the operand unchanged;
   * anything else raises ZeroSizeError naming the primitive.
 
-Zero-size program inputs and outputs raise ZeroSizeError (checked in ``trace``). Empty
-constants that nothing reads are removed by DCE at the end of tracing.
+Zero-size program inputs and outputs are not part of the program (``trace``): an input
+becomes an empty constant (it carries no data), an output is an ``EmptyIO`` the host
+fills with ``np.zeros(shape, dtype)``; ``Traced.empty_in`` / ``empty_out`` say which
+pytree leaves they are (api.py feeds and returns them, rlxjax.load too). Empty constants
+that nothing reads are removed by DCE at the end of tracing.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from .. import _jax_compat as jc
@@ -88,3 +92,46 @@ def fold(ctx, eqn, inputs, run) -> Optional[list]:
         return [inputs[0]]
     shapes = ", ".join(str(v.type) for v in inputs)
     raise error(ctx, f"'{name}' with a zero-size operand ({shapes}) and a non-empty result")
+
+
+@dataclass(frozen=True)
+class EmptyIO:
+    """A zero-size program input or output: no Core ML feature, its value is known from
+    its shape (``name`` as the graph would have named it)."""
+
+    name: str
+    shape: Tuple[int, ...]
+    dtype: str  # numpy name
+
+    def value(self) -> np.ndarray:
+        return np.zeros(self.shape, self.dtype)
+
+    def matches(self, arr: np.ndarray) -> bool:
+        return tuple(arr.shape) == self.shape and arr.dtype.name == self.dtype
+
+
+def is_empty_type(t) -> bool:
+    return t.is_static and t.size == 0
+
+
+def interleave(n: int, empties: Dict[int, EmptyIO], values: List) -> List:
+    """The ``n`` leaves: ``empties`` at their positions (as empty arrays), ``values`` in
+    order at the others."""
+    it = iter(values)
+    out = [empties[k].value() if k in empties else next(it) for k in range(n)]
+    rest = list(it)
+    if rest:
+        raise ValueError(f"internal: {len(rest)} values left over placing {n} leaves")
+    return out
+
+
+def graph_index(k: int, empties: Dict[int, EmptyIO]) -> Optional[int]:
+    """Leaf ``k``'s position among the graph's inputs/outputs (None: an empty leaf)."""
+    if k in empties:
+        return None
+    return k - sum(1 for e in empties if e < k)
+
+
+#: package metadata key listing the zero-size inputs and outputs (not Core ML features;
+#: written by api.py, read by rlxjax.load)
+EMPTY_IO_KEY = "rlxjax.empty"

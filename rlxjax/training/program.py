@@ -17,7 +17,7 @@ from typing import Any, Optional, Tuple
 import jax
 
 from ..api import Compiled
-from ..errors import ArgumentError, RlxError
+from ..errors import ArgumentError, RlxError, ZeroSizeError
 from ..frontend import Traced, path_name
 from ..frontend.interpreter import Lowering
 from ..ir import verify
@@ -33,6 +33,7 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     """The training graph of the traced ``loss(params, *batch)`` (traced as a function of
     ``(params, opt_state, *batch)``); ``args`` are what it was traced with."""
     params, opt_state = args[0], args[1]
+    _refuse_empty(traced)
     g = traced.graph
     n_p = len(jax.tree_util.tree_leaves(params))
     n_s = len(jax.tree_util.tree_leaves(opt_state))
@@ -69,6 +70,19 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
               blank(jax.tree_util.tree_structure(opt_state)))
     out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
     return Traced(g, traced.in_tree, out_tree, traced.in_types)
+
+
+def _refuse_empty(traced: Traced) -> None:
+    """A training step's inputs and outputs feed the next call (or Core ML states) through
+    its layout, which has no zero-size slots: refuse them clearly."""
+    empty = list(traced.empty_in.values()) + list(traced.empty_out.values())
+    if empty:
+        e = empty[0]
+        raise ZeroSizeError(
+            f"'{e.name}' is zero-size ({e.dtype}{list(e.shape)}): a training step's "
+            "parameters, optimizer state, batch and loss outputs must not be zero-size "
+            "(Core ML has no zero-size tensors and the step's layout carries every one); "
+            "leave it out of the parameters / batch (close over it) or out of aux")
 
 
 def _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state):
