@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
+from jax import lax
 
 import rlxjax
 from helpers import FP32_TOL, assert_tree_close
@@ -148,3 +149,40 @@ def test_nothing_to_save_and_training_steps_refuse_zero_size(tmp_path):
     with pytest.raises(rlxjax.ZeroSizeError, match="'params.e' is zero-size"):
         step(step.init(params), np.ones(3, F32))
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# -- zero-size operands, carries and results of control flow ----------------------------------
+LOOPS = {
+    "fori_carry": lambda x, e: lax.fori_loop(0, 3, lambda i, c: (c[0] * 1.5, c[1] * 2), (x, e)),
+    "while_carry": lambda x, e: lax.while_loop(lambda c: c[0].sum() < 40,
+                                               lambda c: (c[0] * 2, c[1] + 1), (x + 1, e)),
+    "cond_operand": lambda x, e: lax.cond(x.sum() > 0, lambda a, b: (a * 3, b, a[:0]),
+                                          lambda a, b: (a - 1, b * 2, a[:0] + 1), x, e),
+    "scan_xs_ys": lambda x, e: lax.scan(lambda c, r: (c * 2 + r.sum(), (r, c[:0])), x,
+                                        jnp.zeros((4, 0), F32)),
+    "scan_length_0": lambda x, e: lax.scan(lambda c, r: (c + r.sum(), r * 2), x, e),
+    "scan_empty_const": lambda x, e: lax.scan(lambda c, r: (c + r + e.sum(), c), x[0],
+                                              x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_control_flow_with_zero_size_values(name):
+    """Zero-size values never enter a region op (Core ML has none): compared with JAX,
+    forward and gradient, and no value of the program (regions included) is zero-size."""
+    from rlxjax.transforms.regions import all_regions
+    x = np.linspace(-1, 1, 6, dtype=F32).reshape(2, 3)
+    e = np.zeros((0, 3), F32)
+    f = LOOPS[name]
+    c = rlxjax.coreml_jit(f, backend="reference").lower(x, e).compile()
+    c.validate()
+    assert_tree_close(c(x, e), jax.jit(f)(x, e), **FP32_TOL)
+    for g in [c.graph] + all_regions(c.graph):
+        assert all(v.type.size > 0 for _, v in g.inputs)
+        assert all(v.type.size > 0 for n in g.nodes for v in n.outputs), g
+    if name == "while_carry":
+        return  # no reverse mode through while_loop (JAX refuses it too)
+    loss = lambda x, e: sum(jnp.sum(leaf * 0.5) for leaf in jax.tree_util.tree_leaves(  # noqa
+        f(x, e)) if leaf.dtype == F32)
+    assert_tree_close(rlxjax.coreml_grad(loss, argnums=(0, 1), backend="reference")(x, e),
+                      jax.grad(loss, (0, 1))(x, e), **FP32_TOL)

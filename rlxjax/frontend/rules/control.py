@@ -46,15 +46,28 @@ def _is_float(dtype) -> bool:
 
 
 # -- control flow: region-carrying RLX ops ---------------------------------------------------
-def _region(ctx, name, closed, in_types):
-    """Translate a closed jaxpr into a region graph taking values of ``in_types``."""
+# Zero-size operands, carries and results (Core ML has no zero-size tensors; their values are
+# known from their shapes, frontend/zerosize.py) never enter a region op: a region reads an
+# empty constant in place of a zero-size input, drops its zero-size outputs, and the op's
+# zero-size results are empty constants.
+def _region(ctx, name, closed, in_types, drop_out=None):
+    """Translate a closed jaxpr into a region graph taking values of ``in_types``. With
+    ``drop_out`` (control flow), a zero-size input is an empty constant, not an input, and
+    outputs ``drop_out`` are left out."""
     g = Graph(name)
     sub = type(ctx)(g, ctx.custom_rules)  # a Lowering like ctx, sharing its rule table
     sub.source, sub.primitive = ctx.source, ctx.primitive
-    ins = [g.add_input(f"in{i}", t) for i, t in enumerate(in_types)]
+    ins = [_empty_const(sub, t) if drop_out is not None and _is_empty(t)
+           else g.add_input(f"in{i}", t) for i, t in enumerate(in_types)]
+    drop_out = drop_out or ()
     outs = _inline(sub, closed, ins)
     for i, v in enumerate(outs):
-        g.add_output(f"out{i}", v)
+        if i not in drop_out:
+            g.add_output(f"out{i}", v)
+    if sub.made_empty:
+        from ...transforms.rewrite import dce
+
+        dce(g)
     return g
 
 
@@ -62,15 +75,49 @@ def _types(values):
     return [v.type for v in values]
 
 
+def _is_empty(t) -> bool:
+    return t.is_static and t.size == 0
+
+
+def _empty_const(ctx, t):
+    ctx.made_empty = True
+    return ctx.constant(np.zeros(tuple(t.shape), t.dtype.np))
+
+
+def _kept(values):
+    return tuple(v for v in values if not _is_empty(v.type))
+
+
+def _results(ctx, eqn, outs):
+    """The equation's results: empty constants for its zero-size outvars, ``outs`` (the
+    op's outputs) in order for the others."""
+    it, res = iter(outs), []
+    for v in eqn.outvars:
+        if _empty_aval(v.aval):
+            ctx.made_empty = True
+            res.append(ctx.constant(np.zeros(tuple(v.aval.shape), v.aval.dtype)))
+        else:
+            res.append(next(it))
+    return res
+
+
+def _empty_aval(aval) -> bool:
+    return any(int(d) == 0 for d in aval.shape)
+
+
 @rule("cond")
 def _cond(ctx, eqn, index, *operands):
     if index.dtype != DType.i32:  # JAX passes an int32 index; be explicit about anything else
         raise ctx.unsupported(f"cond index of type {index.type}")
-    branches = tuple(_region(ctx, f"branch{k}", br, _types(operands))
-                     for k, br in enumerate(eqn.params["branches"]))
-    if len(branches) == 1:
+    if len(eqn.params["branches"]) == 1:
         return _inline(ctx, eqn.params["branches"][0], operands)
-    return ctx.add_multi("cond", (index,) + tuple(operands), branches=branches)
+    drop = {i for i, v in enumerate(eqn.outvars) if _empty_aval(v.aval)}
+    branches = tuple(_region(ctx, f"branch{k}", br, _types(operands), drop)
+                     for k, br in enumerate(eqn.params["branches"]))
+    if len(drop) == len(eqn.outvars):
+        return _results(ctx, eqn, ())
+    outs = ctx.add_multi("cond", (index,) + _kept(operands), branches=branches)
+    return _results(ctx, eqn, outs)
 
 
 @rule("while")
@@ -78,10 +125,14 @@ def _while(ctx, eqn, *args):
     p = eqn.params
     nc, nb = p["cond_nconsts"], p["body_nconsts"]
     cc, bc, init = args[:nc], args[nc:nc + nb], args[nc + nb:]
-    cond = _region(ctx, "cond", p["cond_jaxpr"], _types(cc) + _types(init))
-    body = _region(ctx, "body", p["body_jaxpr"], _types(bc) + _types(init))
-    return ctx.add_multi("while", args, cond=cond, body=body, n_cond_consts=nc,
-                         n_body_consts=nb)
+    drop = {i for i, v in enumerate(init) if _is_empty(v.type)}
+    cond = _region(ctx, "cond", p["cond_jaxpr"], _types(cc) + _types(init), set())
+    body = _region(ctx, "body", p["body_jaxpr"], _types(bc) + _types(init), drop)
+    if len(drop) == len(init):  # nothing carried: its results are known
+        return _results(ctx, eqn, ())
+    outs = ctx.add_multi("while", _kept(cc) + _kept(bc) + _kept(init), cond=cond, body=body,
+                         n_cond_consts=len(_kept(cc)), n_body_consts=len(_kept(bc)))
+    return _results(ctx, eqn, outs)
 
 
 @rule("scan")
@@ -89,12 +140,19 @@ def _scan(ctx, eqn, *args):
     p = eqn.params
     length, nc, nk = int(p["length"]), p["num_consts"], p["num_carry"]
     consts, init, xs = args[:nc], args[nc:nc + nk], args[nc + nk:]
-    if length == 0:
-        raise ctx.unsupported("scan of length 0 (Core ML has no zero-size tensors)")
+    if length == 0:  # no step: the carries are the initial ones, the stacked ys are empty
+        ctx.made_empty = True
+        return list(init) + [ctx.constant(np.zeros(tuple(v.aval.shape), v.aval.dtype))
+                             for v in eqn.outvars[nk:]]
     x_types = [t.with_shape(tuple(t.shape[1:])) for t in _types(xs)]
-    body = _region(ctx, "body", p["jaxpr"], _types(consts) + _types(init) + x_types)
-    return ctx.add_multi("scan", args, body=body, length=length, reverse=bool(p["reverse"]),
-                         num_consts=nc, num_carry=nk)
+    drop = {i for i, v in enumerate(eqn.outvars) if _empty_aval(v.aval)}
+    body = _region(ctx, "body", p["jaxpr"], _types(consts) + _types(init) + x_types, drop)
+    if len(drop) == len(eqn.outvars):
+        return _results(ctx, eqn, ())
+    outs = ctx.add_multi("scan", _kept(consts) + _kept(init) + _kept(xs), body=body,
+                         length=length, reverse=bool(p["reverse"]),
+                         num_consts=len(_kept(consts)), num_carry=len(_kept(init)))
+    return _results(ctx, eqn, outs)
 
 
 @rule("empty2", "empty")
