@@ -16,7 +16,7 @@ from .coreml.targets import get_target
 from .coreml.validate import validate_model
 from .errors import ArgumentError
 from .frontend import Traced, arg_names, trace
-from .ir import Graph, TensorType, dtype_from_numpy
+from .ir import Graph
 from .runtime import make_backend, resolve_backend
 from .coreml.mil_cse import mil_cse
 from .transforms import pipeline
@@ -60,9 +60,18 @@ def _canonical(x) -> np.ndarray:
     return arr.astype(jax.dtypes.canonicalize_dtype(arr.dtype), copy=False)
 
 
-def _leaf_type(x) -> TensorType:
+def _is_key(x) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _leaf_sig(x):
+    """(shape, dtype) of a call argument leaf as JAX sees it: a typed PRNG key keeps its
+    key dtype (it is no program input; only a dead one compiles, frontend/randomness.py)."""
+    if _is_key(x):
+        return tuple(x.shape), x.dtype
     arr = _canonical(x)
-    return TensorType(arr.shape, dtype_from_numpy(arr.dtype))
+    return arr.shape, arr.dtype
 
 
 class Compiled:
@@ -87,14 +96,27 @@ class Compiled:
                 f"arguments have structure {treedef}, but the program was compiled for "
                 f"{self._traced.in_tree}")
         arrays = []
-        for spec, leaf in zip(self.input_specs, leaves):
-            arr = _canonical(leaf)
-            arrays.append(arr)
-            if arr.shape != spec.shape or arr.dtype != spec.dtype:
+        specs = iter(self.input_specs)
+        dropped = self._traced.dropped
+        for i, leaf in enumerate(leaves):
+            if i in dropped:  # a dead key / uint32 argument: checked, not passed
+                name, shape, dtype = dropped[i]
+                got_shape, got_dtype = _leaf_sig(leaf)
+                if tuple(got_shape) != shape or got_dtype != dtype:
+                    raise ArgumentError(
+                        f"argument '{name}' is {got_dtype}{list(got_shape)}, but the program "
+                        f"was compiled for {dtype}{list(shape)} (an argument it does not "
+                        "read); pass that shape and dtype, or call the coreml_jit function "
+                        "itself (it compiles once per signature)")
+                continue
+            spec = next(specs)
+            got_shape, got_dtype = _leaf_sig(leaf)
+            if got_shape != spec.shape or got_dtype != spec.dtype:
                 raise ArgumentError(
-                    f"argument '{spec.name}' is {arr.dtype.name}{list(arr.shape)}, but the program "
+                    f"argument '{spec.name}' is {got_dtype}{list(got_shape)}, but the program "
                     f"was compiled for {spec.dtype}{list(spec.shape)}; pass that shape and dtype, "
                     "or call the coreml_jit function itself (it compiles once per signature)")
+            arrays.append(_canonical(leaf))
         return arrays
 
     def __call__(self, *args, state=None):
@@ -264,7 +286,7 @@ class CoreMLFunction:
     def _key(self, args):
         static, dyn = self._split(args)
         leaves, treedef = jax.tree_util.tree_flatten(dyn)
-        sig = tuple((tuple(np.shape(x)), _canonical(x).dtype) for x in leaves)
+        sig = tuple(_leaf_sig(x) for x in leaves)
         try:
             hash(tuple(static.items()))
         except TypeError:
@@ -284,8 +306,10 @@ class CoreMLFunction:
 
 
 def _struct(x):
-    arr_type = _leaf_type(x)
-    return tuple(arr_type.shape), arr_type.dtype.np
+    """(shape, dtype) to trace a leaf with: JAX's dtype (a PRNG key, uint32, ...); the
+    frontend refuses those that are program inputs but no Core ML type, naming them."""
+    shape, dtype = _leaf_sig(x)
+    return tuple(shape), dtype
 
 
 def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = "iOS17",

@@ -60,7 +60,12 @@ class GradFunction(CoreMLFunction):
             if i >= len(args):
                 raise ArgumentError(f"argnums names argument {i}, but only {len(args)} given")
         ranges = _leaf_ranges(args, set(self.static_argnums))
-        wrt = [k for i in self._nums for k in ranges[i]]
+        graph_input = traced.leaf_inputs()  # dead key / uint32 leaves are no inputs
+        for k in (k for i in self._nums for k in ranges[i] if graph_input[k] is None):
+            name, _, dtype = traced.dropped[k]
+            raise ArgumentError(f"gradient requires float inputs, but '{name}' is {dtype}; "
+                                "leave that argument out of argnums")
+        wrt = [graph_input[k] for i in self._nums for k in ranges[i]]
         for k in wrt:
             name, v = traced.graph.inputs[k]
             if not v.dtype.is_float:
@@ -85,7 +90,8 @@ class GradFunction(CoreMLFunction):
         else:
             result = grads
         out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
-        return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules)
+        return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules,
+                      traced.dropped)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

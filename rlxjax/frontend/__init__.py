@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 
 from ..ir import Graph, TensorType, verify
 from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import uint32
+from . import randomness, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
@@ -56,6 +56,21 @@ class Traced:
     in_types: List[TensorType]
     # the custom derivative rules the graph's custom_vjp nodes name (custom_rules.py)
     custom_rules: CustomRules = field(default_factory=CustomRules)
+    # argument leaves that are not program inputs (dead PRNG keys and uint32 arrays,
+    # randomness.py): leaf index in in_tree -> (name, shape, dtype); the graph's inputs
+    # are the other leaves, in order
+    dropped: Dict[int, Tuple[str, Tuple[int, ...], Any]] = field(default_factory=dict)
+
+    def leaf_inputs(self) -> List[Optional[int]]:
+        """For each argument leaf, the index of its graph input (None: dropped)."""
+        out, k = [], 0
+        for i in range(self.in_tree.num_leaves):
+            if i in self.dropped:
+                out.append(None)
+            else:
+                out.append(k)
+                k += 1
+        return out
 
 
 def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Traced:
@@ -66,14 +81,19 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Trace
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
+    leaf_names = [path_name(names[path[0].idx], path[1:]) for path, _ in leaves_with_paths]
+    # dead code (dead randomness above all) goes before any rule can refuse it
+    closed, dropped = randomness.prune(closed, leaf_names)
 
     graph = Graph(getattr(fun, "__name__", "main"))
     ctx = Lowering(graph, CustomRules())
     inputs = []
-    for (path, _), var in zip(leaves_with_paths, closed.jaxpr.invars):
-        top, rest = path[0], path[1:]
-        name = path_name(names[top.idx], rest)
-        t = aval_type(var.aval)
+    kept = [name for i, name in enumerate(leaf_names) if i not in dropped]
+    for name, var in zip(kept, closed.jaxpr.invars):
+        try:
+            t = aval_type(var.aval)
+        except UnsupportedDTypeError as e:
+            raise UnsupportedDTypeError(f"argument '{name}': {e}") from None
         if t.is_static and t.size == 0:
             raise ZeroSizeError(f"input {name} has zero size ({t}): Core ML has no zero-size "
                                 "tensors; leave it out of the arguments (or close over it)")
@@ -96,4 +116,5 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Trace
 
         dce(graph)
     verify(graph)
-    return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules)
+    return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules,
+                  dropped)

@@ -36,6 +36,12 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     g = traced.graph
     n_p = len(jax.tree_util.tree_leaves(params))
     n_s = len(jax.tree_util.tree_leaves(opt_state))
+    trained = [i for i in traced.dropped if i < n_p + n_s]
+    if trained:
+        name, _, dtype = traced.dropped[trained[0]]
+        raise ArgumentError(f"'{name}' is {dtype}: params and optimizer state can hold only "
+                            "trained float arrays (and int32); pass PRNG keys and RNG "
+                            "counters in the batch")
     p_vals = [v for _, v in g.inputs[:n_p]]
     s_vals = [v for _, v in g.inputs[n_p:n_p + n_s]]
     n_out = traced.out_tree.num_leaves
@@ -68,7 +74,7 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
               blank(jax.tree_util.tree_structure(params)),
               blank(jax.tree_util.tree_structure(opt_state)))
     out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
-    return Traced(g, traced.in_tree, out_tree, traced.in_types)
+    return Traced(g, traced.in_tree, out_tree, traced.in_types, dropped=traced.dropped)
 
 
 def _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state):
@@ -98,7 +104,8 @@ def _to_states(traced: Traced, args, in_vals, out_vals) -> Traced:
     verify(g)
     batch = tuple(args[2:])
     return Traced(g, jax.tree_util.tree_structure(batch), traced.out_tree,
-                  traced.in_types[n:])
+                  traced.in_types[n:],  # (no dropped leaf is a param or optimizer state)
+                  dropped={i - n: d for i, d in traced.dropped.items()})
 
 
 @dataclass(frozen=True)
