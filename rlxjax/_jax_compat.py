@@ -111,6 +111,18 @@ def dce_closed_jaxpr(closed, keep_inputs):
 
 
 # -- re-binding an equation --------------------------------------------------------------
+def eval_equation(eqn, args, source_info=None):
+    """The results (a list) of ``eqn`` applied to ``args``, bound as ``jax.core.eval_jaxpr``
+    does: under the equation's recorded source info (or ``source_info``: so a re-traced
+    equation keeps the user's line) and its context."""
+    info = source_info or eqn.source_info
+    name_stack = _source_info_util.current_name_stack() + eqn.source_info.name_stack
+    with _source_info_util.user_context(info.traceback, name_stack=name_stack), \
+            eqn.ctx.manager:
+        out = equation_binder(eqn)(*args)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
 def equation_binder(eqn):
     """``bind(*args)`` that re-binds ``eqn``'s primitive with its params, as
     ``jax.core.eval_jaxpr`` does (so JAX applies e.g. a custom_jvp/vjp rule under jax.vjp).

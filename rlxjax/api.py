@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import functools
 import gc
+import json
 import tempfile
 from collections import Counter
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -21,6 +22,10 @@ from .runtime import make_backend, resolve_backend
 from .coreml.mil_cse import mil_cse
 from .transforms import pipeline
 from .frontend.rules.random import reject_prng_key
+from .frontend.random_inputs import check_mode as check_random_mode
+
+#: package metadata key of a random="inputs" program: one row per host-computed input
+RANDOM_METADATA_KEY = "rlxjax.random"
 
 
 def _without_gc(fn):
@@ -124,6 +129,10 @@ class Compiled:
         ``state=``, a handle from ``make_state()`` that the call updates in place."""
         leaves, treedef = jax.tree_util.tree_flatten(tuple(args))
         arrays = self._checked_args(leaves, treedef)
+        host = self._traced.host
+        if host is not None:  # random="inputs": the draws, computed by JAX on the host
+            drawn, host_outs = host.run(leaves)
+            arrays = arrays + drawn
         backend = self._get_backend()
         feeds = {s.mil_name: s.to_feature(a) for s, a in zip(self.input_specs, arrays)}
         if bool(self.state_names) != (state is not None):
@@ -133,6 +142,8 @@ class Compiled:
                 "this program has no Core ML states: call it without state=")
         res = backend.run(feeds) if state is None else backend.run(feeds, state=state)
         outs = [s.from_feature(res[s.mil_name]) for s in self.output_specs]
+        if host is not None:
+            outs = host.merge(outs, host_outs)
         return jax.tree_util.tree_unflatten(self._traced.out_tree, outs)
 
     def _get_backend(self):
@@ -215,6 +226,11 @@ class Lowered:
         pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
                                        states=self.states)
+        if self._traced.host is not None:  # random="inputs": what the host feeds, per input
+            rows = self._traced.host.metadata()
+            for row, spec in zip(rows, ins[len(ins) - len(rows):]):
+                row["feature"] = spec.mil_name
+            model.description.metadata.userDefined[RANDOM_METADATA_KEY] = json.dumps(rows)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
 
@@ -223,7 +239,7 @@ class CoreMLFunction:
     """What ``coreml_jit`` returns: call it like the JAX function, or ``.lower(*args)``."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int], target: str,
-                 precision: str, backend):
+                 precision: str, backend, random: Optional[str] = None):
         self.fun = fun
         self.static_argnums = tuple(sorted({int(i) for i in (
             static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))}))
@@ -233,6 +249,8 @@ class CoreMLFunction:
         self.target = target
         self.precision = precision
         self.backend = resolve_backend(backend)
+        check_random_mode(random)
+        self.random = random
         self._cache: Dict[Any, Compiled] = {}
         self.__wrapped__ = fun
         self.__name__ = getattr(fun, "__name__", "coreml_fn")
@@ -267,7 +285,7 @@ class CoreMLFunction:
         specs = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
             else x, list(dyn))
-        traced = trace(positional, specs, self._names(len(args)))
+        traced = trace(positional, specs, self._names(len(args)), random=self.random)
         pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
@@ -313,17 +331,23 @@ def _struct(x):
 
 
 def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = "iOS17",
-               precision: str = "fp32", backend: str | None = None):
+               precision: str = "fp32", backend: str | None = None,
+               random: str | None = None):
     """Compile ``fun`` into a Core ML ML Program, like ``jax.jit``.
 
     Returns a callable that compiles once per input signature and runs on ``backend``
     ("coreml" on macOS, "reference" elsewhere by default); outputs come back as numpy arrays
     in the pytree structure JAX returns. ``.lower(*args)`` gives the RLX graph
     (``Lowered``), ``.lower(*args).compile()`` the ML Program (``Compiled``).
+
+    ``random``: randomness whose result reaches no output is always removed; a live
+    ``jax.random`` draw is an error by default. ``random="inputs"`` makes every live draw a
+    program input that each call computes on the host with ``jax.random`` from the keys
+    passed (bit for bit JAX's numbers; the package metadata ``rlxjax.random`` names each).
     """
     if fun is None:
         return lambda f: coreml_jit(f, static_argnums=static_argnums, target=target,
-                                    precision=precision, backend=backend)
+                                    precision=precision, backend=backend, random=random)
     if not callable(fun):
         raise ArgumentError(f"coreml_jit expects a callable, got {type(fun).__name__}")
-    return CoreMLFunction(fun, static_argnums, target, precision, backend)
+    return CoreMLFunction(fun, static_argnums, target, precision, backend, random)

@@ -55,6 +55,8 @@ class GradFunction(CoreMLFunction):
         return tree.num_leaves
 
     def _transform(self, traced: Traced, args) -> Traced:
+        if traced.host is not None:
+            traced.host.require_device_results("coreml_grad")
         n_out = self._check_outputs(traced)
         for i in self._nums:
             if i >= len(args):
@@ -91,7 +93,7 @@ class GradFunction(CoreMLFunction):
             result = grads
         out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
         return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules,
-                      traced.dropped)
+                      traced.dropped, traced.host)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
@@ -107,12 +109,12 @@ def coreml_value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0,
 
 
 def _jit_kw(opts):
-    allowed = {"static_argnums", "target", "precision", "backend"}
+    allowed = {"static_argnums", "target", "precision", "backend", "random"}
     unknown = set(opts) - allowed
     if unknown:
         raise ArgumentError(f"unknown option(s) {sorted(unknown)}; coreml_grad takes "
                             f"{sorted(allowed)}")
-    kw = dict(static_argnums=(), target="iOS17", precision="fp32", backend=None)
+    kw = dict(static_argnums=(), target="iOS17", precision="fp32", backend=None, random=None)
     kw.update(opts)
     return kw
 

@@ -10,7 +10,7 @@ import jax
 from ..ir import Graph, TensorType, verify
 from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import randomness, uint32
+from . import random_inputs, randomness, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
@@ -60,6 +60,9 @@ class Traced:
     # randomness.py): leaf index in in_tree -> (name, shape, dtype); the graph's inputs
     # are the other leaves, in order
     dropped: Dict[int, Tuple[str, Tuple[int, ...], Any]] = field(default_factory=dict)
+    # random="inputs": what the host computes on each call (random_inputs.HostPart); its
+    # program inputs are the graph inputs after the argument leaves'
+    host: Any = None
 
     def leaf_inputs(self) -> List[Optional[int]]:
         """For each argument leaf, the index of its graph input (None: dropped)."""
@@ -73,32 +76,44 @@ class Traced:
         return out
 
 
-def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Traced:
+def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
+          random: Optional[str] = None) -> Traced:
     """Trace ``fun(*dyn_args)`` and translate it to a verified RLX graph.
 
     ``names`` gives one name per dynamic argument; leaves are named by pytree path under it.
+    ``random``: None (live randomness is an error) or "inputs" (random_inputs.py).
     """
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
     leaf_names = [path_name(names[path[0].idx], path[1:]) for path, _ in leaves_with_paths]
     # dead code (dead randomness above all) goes before any rule can refuse it
-    closed, dropped = randomness.prune(closed, leaf_names)
+    closed, dropped = randomness.prune(closed, leaf_names, refuse=random is None)
+    host = None
+    if random == "inputs":
+        closed, dropped, host = random_inputs.split(closed, leaf_names, dropped)
 
     graph = Graph(getattr(fun, "__name__", "main"))
     ctx = Lowering(graph, CustomRules())
     inputs = []
     kept = [name for i, name in enumerate(leaf_names) if i not in dropped]
-    for name, var in zip(kept, closed.jaxpr.invars):
+    host_ins = host.inputs if host is not None else []
+    for k, (name, var) in enumerate(zip(kept + [h.name for h in host_ins],
+                                        closed.jaxpr.invars)):
+        from_host = k >= len(kept)  # uint32 counters: carried as int32, checked per call
         try:
-            t = aval_type(var.aval)
+            t = aval_type(var.aval, carry_u32=from_host)
         except UnsupportedDTypeError as e:
             raise UnsupportedDTypeError(f"argument '{name}': {e}") from None
         if t.is_static and t.size == 0:
             raise ZeroSizeError(f"input {name} has zero size ({t}): Core ML has no zero-size "
                                 "tensors; leave it out of the arguments (or close over it)")
         inputs.append(graph.add_input(name, t))
+        if from_host and uint32.is_u32(var.aval):
+            ctx.u32_ranges[inputs[-1].id] = (0, uint32.LIMIT)
     outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, inputs)
+    if host is not None:  # the results the host computes are no program outputs
+        out_paths = [p for p, k in zip(out_paths, host.outputs) if k is None]
     for (path, _), var in zip(out_paths, closed.jaxpr.outvars):
         if uint32.is_u32(var.aval):
             raise UnsupportedDTypeError(
@@ -117,4 +132,4 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Trace
         dce(graph)
     verify(graph)
     return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules,
-                  dropped)
+                  dropped, host)

@@ -37,11 +37,13 @@ KEY_ARITHMETIC = ("random_seed", "random_wrap", "random_unwrap", "random_split",
 
 #: the ways out of a live draw, quoted by every error about one
 OPTIONS = (
-    "Core ML programs cannot reproduce JAX's threefry random streams. Either make the "
-    "randomness dead (deterministic=True, nnx's model.eval(): randomness whose result "
-    "reaches no output is removed and its key argument ignored), or compute the random "
-    "numbers on the host with jax.random and pass them in as an argument, or use "
-    "rlxjax.nn.dropout(x, rate, deterministic=...), which draws on the device.")
+    "Core ML programs cannot reproduce JAX's threefry random streams. Either pass "
+    "random='inputs' (coreml_jit, coreml_grad, coreml_value_and_grad, coreml_train_step: "
+    "each draw becomes a program input that the host computes with jax.random from the "
+    "keys passed, JAX's numbers exactly), or make the randomness dead (deterministic=True, "
+    "nnx's model.eval(): randomness whose result reaches no output is removed and its key "
+    "argument ignored), or use rlxjax.nn.dropout(x, rate, deterministic=...), which draws "
+    "on the device.")
 
 Dropped = Dict[int, Tuple[str, Tuple[int, ...], object]]  # leaf -> (name, shape, dtype)
 
@@ -51,34 +53,36 @@ def is_key(aval) -> bool:
     return jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key)
 
 
-def _not_an_input(aval) -> bool:
+def not_an_input(aval) -> bool:
     """Leaves that cannot be Core ML inputs, left out of the program when dead."""
     return is_key(aval) or uint32.is_u32(aval)
 
 
-def prune(closed, names: Sequence[str]):
+def prune(closed, names: Sequence[str], refuse: bool = True):
     """``closed`` without dead code, and the argument leaves left out of the program.
 
     Returns ``(closed, dropped)``: the pruned jaxpr takes the leaves not in ``dropped``
-    (leaf index -> (name, shape, dtype)), in order. Raises on live randomness and on
-    live key / uint32 arguments (module doc)."""
+    (leaf index -> (name, shape, dtype)), in order. With ``refuse``, raises on live
+    randomness and on live key / uint32 arguments (module doc); without, leaves them to
+    ``random="inputs"`` (random_inputs.py)."""
     avals = [v.aval for v in closed.jaxpr.invars]
-    droppable = [_not_an_input(a) for a in avals]
+    droppable = [not_an_input(a) for a in avals]
     pruned, used = jc.dce_closed_jaxpr(closed, [not d for d in droppable])
     kept = [i for i, u in enumerate(used) if u]
     jaxpr = pruned.jaxpr
     arg_of = {var: names[i] for var, i in zip(jaxpr.invars, kept) if droppable[i]}
-    _refuse_live_randomness(jaxpr, arg_of)
-    for var, i in zip(jaxpr.invars, kept):
-        if droppable[i]:
-            raise _live_argument(jaxpr, var, names[i], avals[i])
+    if refuse:
+        _refuse_live_randomness(jaxpr, arg_of)
+        for var, i in zip(jaxpr.invars, kept):
+            if droppable[i]:
+                raise _live_argument(jaxpr, var, names[i], avals[i])
     dropped = {i: (names[i], tuple(avals[i].shape), avals[i].dtype)
                for i, d in enumerate(droppable) if d and not used[i]}
     return pruned, dropped
 
 
 # -- live randomness ---------------------------------------------------------------------
-def _subjaxprs(eqn) -> Iterator:
+def subjaxprs(eqn) -> Iterator:
     for v in eqn.params.values():
         for x in (v if isinstance(v, (tuple, list)) else (v,)):
             if isinstance(x, jc.ClosedJaxpr):
@@ -87,14 +91,14 @@ def _subjaxprs(eqn) -> Iterator:
                 yield x
 
 
-def _find(jaxpr, names) -> Optional[List]:
+def find(jaxpr, names) -> Optional[List]:
     """The first equation (program order, depth first) whose primitive is in ``names``,
     as the chain of equations from ``jaxpr``'s level down to it."""
     for eqn in jaxpr.eqns:
         if eqn.primitive.name in names:
             return [eqn]
-        for sub in _subjaxprs(eqn):
-            found = _find(sub, names)
+        for sub in subjaxprs(eqn):
+            found = find(sub, names)
             if found:
                 return [eqn] + found
     return None
@@ -123,17 +127,17 @@ def _fmt(frame) -> str:
     return f"{frame[0]}:{frame[2]} ({frame[1]})"
 
 
-def _frames(eqn):
+def frames(eqn):
     try:
         return jc.source_frames(eqn.source_info)
     except Exception:  # JAX internals moved: degrade to no location rather than fail
         return []
 
 
-def _where(chain) -> Tuple[Optional[str], Optional[str]]:
+def where(chain) -> Tuple[Optional[str], Optional[str]]:
     """(the user's line, the library line it goes through) of the outermost equation:
     its traceback is this trace's (a nested jaxpr may be a cached trace of another call)."""
-    user = [f for f in _frames(chain[0]) if f[3]]
+    user = [f for f in frames(chain[0]) if f[3]]
     if not user:
         return None, None
     own = next((f for f in user if not _in_library(f[0])), None)
@@ -146,24 +150,24 @@ def _where(chain) -> Tuple[Optional[str], Optional[str]]:
 _JAX_RANDOM = re.compile(r"jax/_src/random(\.py$|/)")
 
 
-def _random_function(chain) -> Optional[str]:
+def random_function(chain) -> Optional[str]:
     """'jax.random.normal': the outermost jax.random frame that led to the draw."""
     for eqn in chain:
-        fns = [f[1] for f in _frames(eqn) if _JAX_RANDOM.search(f[0].replace("\\", "/"))]
+        fns = [f[1] for f in frames(eqn) if _JAX_RANDOM.search(f[0].replace("\\", "/"))]
         if fns:
             return f"jax.random.{fns[-1]}"
     return None
 
 
 def _refuse_live_randomness(jaxpr, arg_of) -> None:
-    chain = _find(jaxpr, DRAWS) or _find(jaxpr, KEY_ARITHMETIC)
+    chain = find(jaxpr, DRAWS) or find(jaxpr, KEY_ARITHMETIC)
     if chain is None:
         return
     prim = chain[-1].primitive.name
-    fn = _random_function(chain)
-    line, via = _where(chain)
+    fn = random_function(chain)
+    line, via = where(chain)
     what = f"{fn} (JAX primitive '{prim}')" if fn else f"JAX primitive '{prim}'"
-    where = (f" at {line}" if line else "") + (f", via {via}" if via else "")
+    at = (f" at {line}" if line else "") + (f", via {via}" if via else "")
     if prim in DRAWS:
         kind = "is a live random draw: its result reaches the function's output"
     else:
@@ -172,7 +176,7 @@ def _refuse_live_randomness(jaxpr, arg_of) -> None:
     args = _key_arguments(jaxpr, arg_of, chain[0])
     origin = (f" Its key comes from argument{'s' if len(args) > 1 else ''} "
               f"{', '.join(repr(a) for a in args)}." if args else "")
-    raise UnsupportedPrimitiveError(prim, line, message=f"{what}{where} {kind}.{origin} "
+    raise UnsupportedPrimitiveError(prim, line, message=f"{what}{at} {kind}.{origin} "
                                     f"{OPTIONS}")
 
 
@@ -181,7 +185,7 @@ def _first_use(jaxpr, var) -> str:
     for eqn in jaxpr.eqns:
         if any(v is var for v in eqn.invars):
             prim = eqn.primitive.name
-            line, _ = _where([eqn])
+            line, _ = where([eqn])
             use = f"passes it to '{prim}'" + (f" at {line}" if line else "")
             if prim.startswith("custom_"):
                 use += (" (JAX keeps every argument of a custom_jvp / custom_vjp function: "
