@@ -79,6 +79,22 @@ def _leaf_sig(x):
     return arr.shape, arr.dtype
 
 
+def _u32_as_i32(spec, leaf, shape, dtype) -> np.ndarray:
+    """A uint32 argument the program carries as int32: its values must be < 2**31."""
+    if shape != spec.shape or dtype != np.uint32:
+        raise ArgumentError(
+            f"argument '{spec.name}' is {dtype}{list(shape)}, but the program was compiled "
+            f"for uint32{list(spec.shape)}; pass that shape and dtype, or call the "
+            "coreml_jit function itself (it compiles once per signature)")
+    arr = _canonical(leaf)
+    if arr.size and int(arr.max()) > np.iinfo(np.int32).max:
+        raise ArgumentError(
+            f"argument '{spec.name}' holds {int(arr.max())} >= 2**31: Core ML has no uint32, "
+            "and the program carries this uint32 argument as int32, which holds values "
+            "below 2**31 only")
+    return arr.astype(np.int32)
+
+
 class Compiled:
     """An ML Program ready to run and to save."""
 
@@ -116,6 +132,9 @@ class Compiled:
                 continue
             spec = next(specs)
             got_shape, got_dtype = _leaf_sig(leaf)
+            if i in self._traced.u32_leaves:  # a counter / index: carried as int32
+                arrays.append(_u32_as_i32(spec, leaf, got_shape, got_dtype))
+                continue
             if got_shape != spec.shape or got_dtype != spec.dtype:
                 raise ArgumentError(
                     f"argument '{spec.name}' is {got_dtype}{list(got_shape)}, but the program "

@@ -93,7 +93,7 @@ class GradFunction(CoreMLFunction):
             result = grads
         out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
         return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules,
-                      traced.dropped, traced.host)
+                      traced.dropped, traced.host, traced.u32_leaves)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

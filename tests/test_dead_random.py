@@ -191,8 +191,30 @@ def test_an_unused_key_of_another_shape_is_an_argument_error():
         compiled(_x(3), jax.random.PRNGKey(0))
 
 
-def test_a_live_raw_key_or_uint32_argument_is_named():
-    with pytest.raises(UnsupportedDTypeError, match=r"argument 'k\.c' is uint32"):
+@settings(max_examples=4, deadline=None)
+@given(i=st.integers(0, 9))
+def test_a_uint32_index_argument_is_an_int32_input(i):
+    """flax's decode cache_index: a uint32 argument read as an index."""
+    from jax import lax
+
+    pe = _x(1, 10, 4)
+
+    def f(x, cache):
+        zero = np.uint32(0)
+        return x + lax.dynamic_slice(pe, (zero, cache["cache_index"], zero), (1, 1, 4))
+
+    x = _x(1, 1, 4)
+    compiled = check_against_jax(f, x, {"cache_index": np.uint32(i)}, rtol=0, atol=0)
+    assert [s.dtype for s in compiled.input_specs] == ["float32", "int32"]
+    with pytest.raises(ArgumentError, match=r"argument 'cache\.cache_index' holds 2147483648"):
+        compiled(x, {"cache_index": np.uint32(2**31)})
+    with pytest.raises(ArgumentError, match=r"'cache\.cache_index' is int32"):
+        compiled(x, {"cache_index": np.int32(2)})
+
+
+def test_uint32_arithmetic_that_may_overflow_names_the_argument():
+    with pytest.raises(UnsupportedDTypeError, match=r"'add'.*uint32 argument\(s\) 'k\.c'.*"
+                       r"random='inputs'"):
         rlxjax.coreml_jit(lambda x, k: (x, k["c"] + 1)).lower(_x(2), {"c": np.uint32(3)})
 
 

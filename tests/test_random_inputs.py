@@ -122,6 +122,26 @@ def test_host_results_come_back_as_jax_computes_them():
     assert c_new.dtype == np.uint32 and int(c_new) == 5
 
 
+def test_a_uint32_cache_index_is_read_and_advanced():
+    from jax import lax
+
+    pe = _x(1, 10, 4)
+
+    def step(x, cache):
+        i = cache["cache_index"]
+        zero = np.uint32(0)
+        y = x + lax.dynamic_slice(pe, (zero, i, zero), (1, 1, 4))
+        return y, {"cache_index": i + 1}
+
+    x, cache = _x(1, 1, 4), {"cache_index": np.uint32(3)}
+    compiled = _jit(step).lower(x, cache).compile()
+    # (dynamic_slice reads the index normalised, computed on the host from the argument)
+    assert [s.name for s in compiled.input_specs] == ["x", "host.cache.cache_index"]
+    y, new = compiled(x, cache)
+    np.testing.assert_array_equal(y, np.asarray(step(x, cache)[0]))
+    assert new["cache_index"].dtype == np.uint32 and int(new["cache_index"]) == 4
+
+
 # -- flax, nnx, equinox models as written ---------------------------------------------------
 class DropoutMLP(nn.Module):
     @nn.compact

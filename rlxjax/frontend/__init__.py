@@ -63,6 +63,8 @@ class Traced:
     # random="inputs": what the host computes on each call (random_inputs.HostPart); its
     # program inputs are the graph inputs after the argument leaves'
     host: Any = None
+    # argument leaves that are uint32 program inputs, carried as int32 (< 2**31 per call)
+    u32_leaves: frozenset = frozenset()
 
     def leaf_inputs(self) -> List[Optional[int]]:
         """For each argument leaf, the index of its graph input (None: dropped)."""
@@ -100,18 +102,29 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
     host_ins = host.inputs if host is not None else []
     for k, (name, var) in enumerate(zip(kept + [h.name for h in host_ins],
                                         closed.jaxpr.invars)):
-        from_host = k >= len(kept)  # uint32 counters: carried as int32, checked per call
+        # uint32 counters and indices: carried as int32, checked < 2**31 on each call
+        carried = uint32.is_u32(var.aval)
         try:
-            t = aval_type(var.aval, carry_u32=from_host)
+            t = aval_type(var.aval, carry_u32=carried)
         except UnsupportedDTypeError as e:
             raise UnsupportedDTypeError(f"argument '{name}': {e}") from None
         if t.is_static and t.size == 0:
             raise ZeroSizeError(f"input {name} has zero size ({t}): Core ML has no zero-size "
                                 "tensors; leave it out of the arguments (or close over it)")
         inputs.append(graph.add_input(name, t))
-        if from_host and uint32.is_u32(var.aval):
+        if carried:
             ctx.u32_ranges[inputs[-1].id] = (0, uint32.LIMIT)
-    outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, inputs)
+    u32_args = [n for n, var in zip(kept, closed.jaxpr.invars) if uint32.is_u32(var.aval)]
+    try:
+        outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, inputs)
+    except UnsupportedDTypeError as e:
+        if not u32_args or "uint32" not in str(e):
+            raise
+        raise UnsupportedDTypeError(
+            f"{e} The uint32 argument(s) {', '.join(repr(n) for n in u32_args)} are carried "
+            "as int32 with values in [0, 2**31): arithmetic on them that may leave that "
+            "range is refused; pass int32, or compile with random='inputs', which runs "
+            "arithmetic on keys and uint32 arguments on the host") from None
     if host is not None:  # the results the host computes are no program outputs
         out_paths = [p for p, k in zip(out_paths, host.outputs) if k is None]
     for (path, _), var in zip(out_paths, closed.jaxpr.outvars):
@@ -131,5 +144,8 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
 
         dce(graph)
     verify(graph)
+    leaf_ids = [i for i in range(len(leaf_names)) if i not in dropped]
+    u32 = frozenset(i for i, var in zip(leaf_ids, closed.jaxpr.invars)
+                    if uint32.is_u32(var.aval))
     return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules,
-                  dropped, host)
+                  dropped, host, u32)

@@ -222,7 +222,8 @@ def split(closed, names: Sequence[str], dropped: dict):
             if not isinstance(v, jc.Literal) and v in host and v not in needed:
                 needed.append(v)
     producer = {o: e for e in host_eqns for o in e.outvars}
-    inputs = [_host_input(v, producer, drawn, device_eqns) for v in needed]
+    arg_of = {v: names[i] for v, i, h in zip(fj.invars, kept, host_leaf) if h}
+    inputs = [_host_input(v, producer, drawn, device_eqns, arg_of) for v in needed]
     _unique_names(inputs)
     is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
     host_outs = [v for v in fj.outvars if is_host(v)]
@@ -243,23 +244,26 @@ def split(closed, names: Sequence[str], dropped: dict):
     return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs)
 
 
-def _made_by(v, producer) -> Optional[str]:
-    """The jax.random function behind host value ``v``: the nearest one among the
-    equations it was computed by (``x[:, perm]`` reads a broadcast of permutation's)."""
-    todo, seen = [v], set()
+def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:
+    """(the jax.random function, else the argument) behind host value ``v``: the nearest
+    among the equations it was computed by (``x[:, perm]`` reads a broadcast of
+    permutation's; ``dynamic_slice`` a normalised copy of a uint32 index argument)."""
+    todo, seen, arg = [v], set(), None
     while todo:
-        eqn = producer.get(todo.pop(0))
+        u = todo.pop(0)
+        arg = arg or arg_of.get(u)
+        eqn = producer.get(u)
         if eqn is None or id(eqn) in seen:
             continue
         seen.add(id(eqn))
         fn = randomness.random_function([eqn])
         if fn:
-            return fn
+            return fn, None
         todo.extend(x for x in eqn.invars if not isinstance(x, jc.Literal))
-    return None
+    return None, arg
 
 
-def _host_input(v, producer, drawn, device_eqns) -> HostInput:
+def _host_input(v, producer, drawn, device_eqns, arg_of) -> HostInput:
     reader = next(e for e in device_eqns if any(x is v for x in e.invars))
     eqn = producer.get(v)
     src = eqn or reader
@@ -274,11 +278,15 @@ def _host_input(v, producer, drawn, device_eqns) -> HostInput:
             dtype_from_numpy(v.aval.dtype)
         except UnsupportedDTypeError as e:
             raise _refuse(reader, f"reads a host value of dtype {v.aval.dtype} ({e})") from None
-    made_by = _made_by(v, producer)
+    shape, dtype = tuple(v.aval.shape), np.dtype(v.aval.dtype).name
+    if v in arg_of:  # a uint32 argument read as it is
+        return HostInput(arg_of[v], shape, dtype, None, None)
+    made_by, arg = _made_by(v, producer, arg_of)
     line, _ = randomness.where([src])
+    if made_by is None and arg is not None:  # computed from a uint32 argument (an index)
+        return HostInput(f"host.{arg}", shape, dtype, None, line)
     short = made_by.rsplit(".", 1)[-1] if made_by else "value"
-    return HostInput(f"random.{short}", tuple(v.aval.shape), np.dtype(v.aval.dtype).name,
-                     made_by, line)
+    return HostInput(f"random.{short}", shape, dtype, made_by, line)
 
 
 def _unique_names(inputs: List[HostInput]) -> None:

@@ -15,8 +15,12 @@ What is left is live, and refused with a message that says what and where:
   an output: UnsupportedPrimitiveError naming the ``jax.random`` function, the user's line
   (the innermost frame outside JAX and installed libraries; the library frame, e.g.
   flax's Dropout, as "via"), the argument the key comes from, and the ways out;
-- a PRNG key or uint32 argument read without a draw (returned, its bits used as
-  numbers): UnsupportedDTypeError naming the argument by its pytree path.
+- a PRNG key argument read without a draw (returned, its bits used as numbers):
+  UnsupportedDTypeError naming the argument by its pytree path.
+
+A live uint32 argument (a counter, an index) is a program input carried as int32 with the
+range [0, 2**31) (frontend/uint32.py proves what is computed from it; each call checks the
+value, frontend/__init__.py ``trace`` and ``Compiled``).
 """
 from __future__ import annotations
 
@@ -74,7 +78,7 @@ def prune(closed, names: Sequence[str], refuse: bool = True):
     if refuse:
         _refuse_live_randomness(jaxpr, arg_of)
         for var, i in zip(jaxpr.invars, kept):
-            if droppable[i]:
+            if is_key(avals[i]):  # (a live uint32 argument is an int32 input: trace)
                 raise _live_argument(jaxpr, var, names[i], avals[i])
     dropped = {i: (names[i], tuple(avals[i].shape), avals[i].dtype)
                for i, d in enumerate(droppable) if d and not used[i]}
@@ -198,15 +202,8 @@ def _first_use(jaxpr, var) -> str:
 
 
 def _live_argument(jaxpr, var, name: str, aval) -> UnsupportedDTypeError:
-    use = _first_use(jaxpr, var)
-    if is_key(aval):
-        return UnsupportedDTypeError(
-            f"argument '{name}' is a JAX PRNG key ({aval.dtype}) and the function {use}, "
-            "without a random draw that reaches an output: Core ML has no key type. Keep "
-            "keys outside the compiled function (a key argument that nothing live reads "
-            "is ignored).")
     return UnsupportedDTypeError(
-        f"argument '{name}' is uint32 ({aval.str_short()}) and the function {use}: Core ML "
-        "has no uint32 tensors; cast it to int32 before calling (uint32 is carried as "
-        "int32 only inside a program, where its values are proven to fit; a uint32 "
-        "argument that nothing live reads is ignored)")
+        f"argument '{name}' is a JAX PRNG key ({aval.dtype}) and the function "
+        f"{_first_use(jaxpr, var)}, without a random draw that reaches an output: Core ML "
+        "has no key type. Keep keys outside the compiled function (a key argument that "
+        "nothing live reads is ignored).")

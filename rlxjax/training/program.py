@@ -77,7 +77,7 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
               blank(jax.tree_util.tree_structure(opt_state)))
     out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
     return Traced(g, traced.in_tree, out_tree, traced.in_types, dropped=traced.dropped,
-                  host=traced.host)
+                  host=traced.host, u32_leaves=traced.u32_leaves)
 
 
 def _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state):
@@ -109,7 +109,8 @@ def _to_states(traced: Traced, args, in_vals, out_vals) -> Traced:
     return Traced(g, jax.tree_util.tree_structure(batch), traced.out_tree,
                   traced.in_types[n:],  # (no dropped leaf is a param or optimizer state)
                   dropped={i - n: d for i, d in traced.dropped.items()},
-                  host=None if traced.host is None else traced.host.shifted(n))
+                  host=None if traced.host is None else traced.host.shifted(n),
+                  u32_leaves=frozenset(i - n for i in traced.u32_leaves if i >= n))
 
 
 @dataclass(frozen=True)
