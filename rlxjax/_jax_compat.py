@@ -56,6 +56,24 @@ def summarize_source(source_info):
     return _source_info_util.summarize(source_info)
 
 
+def source_frames(source_info):
+    """Every frame of the traceback recorded in an equation's ``source_info``, innermost
+    first, as ``(file, function, line, is_user)``: ``is_user`` is JAX's own test (not
+    JAX's code, nor a path given to ``exclude_from_source_lines``)."""
+    from jax._src import source_info_util as siu  # not in jax.extend's subset
+
+    tb = getattr(source_info, "traceback", None)
+    if tb is None:
+        return []
+    codes, lastis = tb.raw_frames()
+    out = []
+    for code, lasti in zip(codes, lastis):
+        f = siu.raw_frame_to_frame(code, lasti)
+        out.append((f.file_name, f.function_name, f.start_line,
+                    siu.is_user_filename(f.file_name)))
+    return out
+
+
 # -- lax functions with no public name ---------------------------------------------------
 def logaddexp():
     """lax-level logaddexp (what ``lax.cumlogsumexp`` combines with; not in ``jax.lax``)."""
@@ -74,7 +92,37 @@ def register_batcher(prim, rule):
         lambda axis_data, args, dims, **params: rule(args, dims, **params)
 
 
+# -- dead-code elimination -----------------------------------------------------------------
+def dce_closed_jaxpr(closed, keep_inputs):
+    """JAX's own dead-code elimination of a closed jaxpr, all outputs used: equations whose
+    results reach no output are removed, nested jaxprs included (jit, cond, scan,
+    custom_jvp/vjp, remat each have a rule; a ``while`` is kept whole if any of its
+    results is used); equations with effects (io_callback, state) are always kept.
+    ``keep_inputs[i]``: keep input ``i`` even if unused. Returns the new closed jaxpr,
+    holding only the constants it uses, and which inputs it kept."""
+    from jax._src.interpreters import partial_eval as pe
+
+    jaxpr = closed.jaxpr
+    instantiate = [False] * len(jaxpr.constvars) + [bool(k) for k in keep_inputs]
+    new, used_consts, used_inputs = pe.dce_jaxpr_consts(
+        jaxpr, [True] * len(jaxpr.outvars), instantiate)
+    consts = [c for c, u in zip(closed.consts, used_consts) if u]
+    return ClosedJaxpr(new, consts), [bool(u) for u in used_inputs]
+
+
 # -- re-binding an equation --------------------------------------------------------------
+def eval_equation(eqn, args, source_info=None):
+    """The results (a list) of ``eqn`` applied to ``args``, bound as ``jax.core.eval_jaxpr``
+    does: under the equation's recorded source info (or ``source_info``: so a re-traced
+    equation keeps the user's line) and its context."""
+    info = source_info or eqn.source_info
+    name_stack = _source_info_util.current_name_stack() + eqn.source_info.name_stack
+    with _source_info_util.user_context(info.traceback, name_stack=name_stack), \
+            eqn.ctx.manager:
+        out = equation_binder(eqn)(*args)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
 def equation_binder(eqn):
     """``bind(*args)`` that re-binds ``eqn``'s primitive with its params, as
     ``jax.core.eval_jaxpr`` does (so JAX applies e.g. a custom_jvp/vjp rule under jax.vjp).

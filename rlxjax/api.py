@@ -6,7 +6,7 @@ import gc
 import json
 import tempfile
 from collections import Counter
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -18,11 +18,15 @@ from .coreml.validate import validate_model
 from .errors import ArgumentError, ZeroSizeError
 from .frontend import Traced, arg_names, trace
 from .frontend.zerosize import EMPTY_IO_KEY, interleave
-from .ir import Graph, TensorType, dtype_from_numpy
+from .ir import Graph
 from .runtime import make_backend, resolve_backend
 from .coreml.mil_cse import mil_cse
 from .transforms import pipeline
 from .frontend.rules.random import reject_prng_key
+from .frontend.random_inputs import check_mode as check_random_mode
+
+#: package metadata key of a random="inputs" program: one row per host-computed input
+RANDOM_METADATA_KEY = "rlxjax.random"
 
 
 def _without_gc(fn):
@@ -62,9 +66,34 @@ def _canonical(x) -> np.ndarray:
     return arr.astype(jax.dtypes.canonicalize_dtype(arr.dtype), copy=False)
 
 
-def _leaf_type(x) -> TensorType:
+def _is_key(x) -> bool:
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _leaf_sig(x):
+    """(shape, dtype) of a call argument leaf as JAX sees it: a typed PRNG key keeps its
+    key dtype (it is no program input; only a dead one compiles, frontend/randomness.py)."""
+    if _is_key(x):
+        return tuple(x.shape), x.dtype
     arr = _canonical(x)
-    return TensorType(arr.shape, dtype_from_numpy(arr.dtype))
+    return arr.shape, arr.dtype
+
+
+def _u32_as_i32(spec, leaf, shape, dtype) -> np.ndarray:
+    """A uint32 argument the program carries as int32: its values must be < 2**31."""
+    if shape != spec.shape or dtype != np.uint32:
+        raise ArgumentError(
+            f"argument '{spec.name}' is {dtype}{list(shape)}, but the program was compiled "
+            f"for uint32{list(spec.shape)}; pass that shape and dtype, or call the "
+            "coreml_jit function itself (it compiles once per signature)")
+    arr = _canonical(leaf)
+    if arr.size and int(arr.max()) > np.iinfo(np.int32).max:
+        raise ArgumentError(
+            f"argument '{spec.name}' holds {int(arr.max())} >= 2**31: Core ML has no uint32, "
+            "and the program carries this uint32 argument as int32, which holds values "
+            "below 2**31 only")
+    return arr.astype(np.int32)
 
 
 class Compiled:
@@ -88,18 +117,41 @@ class Compiled:
             raise ArgumentError(
                 f"arguments have structure {treedef}, but the program was compiled for "
                 f"{self._traced.in_tree}")
-        arrays, specs = [], iter(self.input_specs)
-        empty = self._traced.empty_in  # zero-size leaves: checked, not fed (zerosize.py)
-        for k, leaf in enumerate(leaves):
-            spec = empty.get(k) or next(specs)
-            arr = _canonical(leaf)
-            if k not in empty:
-                arrays.append(arr)
-            if arr.shape != spec.shape or arr.dtype != spec.dtype:
+        arrays = []
+        specs = iter(self.input_specs)
+        dropped = self._traced.dropped
+        empty = self._traced.empty_in
+        for i, leaf in enumerate(leaves):
+            if i in dropped:  # a dead key / uint32 argument: checked, not passed
+                name, shape, dtype = dropped[i]
+                got_shape, got_dtype = _leaf_sig(leaf)
+                if tuple(got_shape) != shape or got_dtype != dtype:
+                    raise ArgumentError(
+                        f"argument '{name}' is {got_dtype}{list(got_shape)}, but the program "
+                        f"was compiled for {dtype}{list(shape)} (an argument it does not "
+                        "read); pass that shape and dtype, or call the coreml_jit function "
+                        "itself (it compiles once per signature)")
+                continue
+            got_shape, got_dtype = _leaf_sig(leaf)
+            if i in empty:  # a zero-size leaf: checked, not fed (zerosize.py)
+                e = empty[i]
+                if tuple(got_shape) != e.shape or got_dtype != np.dtype(e.dtype):
+                    raise ArgumentError(
+                        f"argument '{e.name}' is {got_dtype}{list(got_shape)}, but the program "
+                        f"was compiled for {e.dtype}{list(e.shape)}; pass that shape and "
+                        "dtype, or call the coreml_jit function itself (it compiles once per "
+                        "signature)")
+                continue
+            spec = next(specs)
+            if i in self._traced.u32_leaves:  # a counter / index: carried as int32
+                arrays.append(_u32_as_i32(spec, leaf, got_shape, got_dtype))
+                continue
+            if got_shape != spec.shape or got_dtype != spec.dtype:
                 raise ArgumentError(
-                    f"argument '{spec.name}' is {arr.dtype.name}{list(arr.shape)}, but the program "
+                    f"argument '{spec.name}' is {got_dtype}{list(got_shape)}, but the program "
                     f"was compiled for {spec.dtype}{list(spec.shape)}; pass that shape and dtype, "
                     "or call the coreml_jit function itself (it compiles once per signature)")
+            arrays.append(_canonical(leaf))
         return arrays
 
     def __call__(self, *args, state=None):
@@ -107,6 +159,10 @@ class Compiled:
         ``state=``, a handle from ``make_state()`` that the call updates in place."""
         leaves, treedef = jax.tree_util.tree_flatten(tuple(args))
         arrays = self._checked_args(leaves, treedef)
+        host = self._traced.host
+        if host is not None:  # random="inputs": the draws, computed by JAX on the host
+            drawn, host_outs = host.run(leaves)
+            arrays = arrays + drawn
         backend = self._get_backend()
         feeds = {s.mil_name: s.to_feature(a) for s, a in zip(self.input_specs, arrays)}
         if bool(self.state_names) != (state is not None):
@@ -118,8 +174,10 @@ class Compiled:
             res = {}
         else:
             res = backend.run(feeds) if state is None else backend.run(feeds, state=state)
-        outs = interleave(self._traced.out_tree.num_leaves, self._traced.empty_out,
+        outs = interleave(self._traced.n_device_out, self._traced.empty_out,
                           [s.from_feature(res[s.mil_name]) for s in self.output_specs])
+        if host is not None:
+            outs = host.merge(outs, host_outs)
         return jax.tree_util.tree_unflatten(self._traced.out_tree, outs)
 
     def _get_backend(self):
@@ -236,8 +294,13 @@ class Lowered:
         pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
                                        states=self.states)
-        mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
+        if self._traced.host is not None:  # random="inputs": what the host feeds, per input
+            rows = self._traced.host.metadata()
+            for row, spec in zip(rows, ins[len(ins) - len(rows):]):
+                row["feature"] = spec.mil_name
+            model.description.metadata.userDefined[RANDOM_METADATA_KEY] = json.dumps(rows)
         describe_empty_io(model, self._traced, ins, outs)
+        mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
 
 
@@ -245,7 +308,7 @@ class CoreMLFunction:
     """What ``coreml_jit`` returns: call it like the JAX function, or ``.lower(*args)``."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int], target: str,
-                 precision: str, backend):
+                 precision: str, backend, random: Optional[str] = None):
         self.fun = fun
         self.static_argnums = tuple(sorted({int(i) for i in (
             static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))}))
@@ -255,6 +318,8 @@ class CoreMLFunction:
         self.target = target
         self.precision = precision
         self.backend = resolve_backend(backend)
+        check_random_mode(random)
+        self.random = random
         self._cache: Dict[Any, Compiled] = {}
         self.__wrapped__ = fun
         self.__name__ = getattr(fun, "__name__", "coreml_fn")
@@ -289,7 +354,7 @@ class CoreMLFunction:
         specs = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
             else x, list(dyn))
-        traced = trace(positional, specs, self._names(len(args)))
+        traced = trace(positional, specs, self._names(len(args)), random=self.random)
         pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
@@ -308,7 +373,7 @@ class CoreMLFunction:
     def _key(self, args):
         static, dyn = self._split(args)
         leaves, treedef = jax.tree_util.tree_flatten(dyn)
-        sig = tuple((tuple(np.shape(x)), _canonical(x).dtype) for x in leaves)
+        sig = tuple(_leaf_sig(x) for x in leaves)
         try:
             hash(tuple(static.items()))
         except TypeError:
@@ -328,22 +393,30 @@ class CoreMLFunction:
 
 
 def _struct(x):
-    arr_type = _leaf_type(x)
-    return tuple(arr_type.shape), arr_type.dtype.np
+    """(shape, dtype) to trace a leaf with: JAX's dtype (a PRNG key, uint32, ...); the
+    frontend refuses those that are program inputs but no Core ML type, naming them."""
+    shape, dtype = _leaf_sig(x)
+    return tuple(shape), dtype
 
 
 def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = "iOS17",
-               precision: str = "fp32", backend: str | None = None):
+               precision: str = "fp32", backend: str | None = None,
+               random: str | None = None):
     """Compile ``fun`` into a Core ML ML Program, like ``jax.jit``.
 
     Returns a callable that compiles once per input signature and runs on ``backend``
     ("coreml" on macOS, "reference" elsewhere by default); outputs come back as numpy arrays
     in the pytree structure JAX returns. ``.lower(*args)`` gives the RLX graph
     (``Lowered``), ``.lower(*args).compile()`` the ML Program (``Compiled``).
+
+    ``random``: randomness whose result reaches no output is always removed; a live
+    ``jax.random`` draw is an error by default. ``random="inputs"`` makes every live draw a
+    program input that each call computes on the host with ``jax.random`` from the keys
+    passed (bit for bit JAX's numbers; the package metadata ``rlxjax.random`` names each).
     """
     if fun is None:
         return lambda f: coreml_jit(f, static_argnums=static_argnums, target=target,
-                                    precision=precision, backend=backend)
+                                    precision=precision, backend=backend, random=random)
     if not callable(fun):
         raise ArgumentError(f"coreml_jit expects a callable, got {type(fun).__name__}")
-    return CoreMLFunction(fun, static_argnums, target, precision, backend)
+    return CoreMLFunction(fun, static_argnums, target, precision, backend, random)

@@ -9,15 +9,16 @@ class RlxError(Exception):
 class UnsupportedPrimitiveError(RlxError, NotImplementedError):
     """A JAX primitive (or a parameter of one) that rlxjax cannot compile exactly."""
 
-    def __init__(self, primitive: str, source: str | None = None, detail: str = ""):
+    def __init__(self, primitive: str, source: str | None = None, detail: str = "",
+                 message: str | None = None):
         self.primitive = primitive
         self.source = source
         where = f" at {source}" if source else ""
         extra = f": {detail}" if detail else ""
-        super().__init__(
+        super().__init__(message or (
             f"JAX primitive '{primitive}'{where} is not supported by rlxjax{extra}. "
             "Rewrite that line with supported operations, or open an issue with this message."
-        )
+        ))
 
 
 class DynamicShapeError(RlxError, ValueError):

@@ -61,6 +61,8 @@ class GradFunction(CoreMLFunction):
         return tree.num_leaves
 
     def _transform(self, traced: Traced, args) -> Traced:
+        if traced.host is not None:
+            traced.host.require_device_results("coreml_grad")
         n_out = self._check_outputs(traced)
         for i in self._nums:
             if i >= len(args):
@@ -68,12 +70,16 @@ class GradFunction(CoreMLFunction):
         ranges = _leaf_ranges(args, set(self.static_argnums))
         wrt = [k for i in self._nums for k in ranges[i]]
         e_in, e_out = traced.empty_in, traced.empty_out
+        graph_input = traced.leaf_inputs()  # dead key / uint32 and zero-size leaves: None
         for k in wrt:
-            if k in e_in:
+            if k in traced.dropped:
+                name, _, dtype = traced.dropped[k]
+                is_float = False
+            elif k in e_in:
                 name, dtype = e_in[k].name, e_in[k].dtype
                 is_float = np.dtype(dtype).kind == "f"
             else:
-                name, v = traced.graph.inputs[graph_index(k, e_in)]
+                name, v = traced.graph.inputs[graph_input[k]]
                 dtype, is_float = v.dtype, v.dtype.is_float
             if not is_float:
                 raise ArgumentError(f"gradient requires float inputs, but '{name}' is "
@@ -83,7 +89,7 @@ class GradFunction(CoreMLFunction):
         keep = list(range(n_out)) if self.value else list(range(1, n_out))
         # Zero-size leaves are not in the graph (frontend/zerosize.py): a zero-size input's
         # gradient and a zero-size kept output stay zero-size leaves of the result.
-        graph = grad_graph(traced.graph, 0, [graph_index(k, e_in) for k in wrt if k not in e_in],
+        graph = grad_graph(traced.graph, 0, [graph_input[k] for k in wrt if k not in e_in],
                            [graph_index(k, e_out) for k in keep if k not in e_out],
                            grads_first=not self.value,
                            custom_backward=traced.custom_rules.backward)
@@ -108,7 +114,7 @@ class GradFunction(CoreMLFunction):
             result = grads
         out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
         return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules,
-                      dict(e_in), empty_out)
+                      dict(e_in), empty_out, traced.dropped, traced.host, traced.u32_leaves)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
@@ -124,12 +130,12 @@ def coreml_value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0,
 
 
 def _jit_kw(opts):
-    allowed = {"static_argnums", "target", "precision", "backend"}
+    allowed = {"static_argnums", "target", "precision", "backend", "random"}
     unknown = set(opts) - allowed
     if unknown:
         raise ArgumentError(f"unknown option(s) {sorted(unknown)}; coreml_grad takes "
                             f"{sorted(allowed)}")
-    kw = dict(static_argnums=(), target="iOS17", precision="fp32", backend=None)
+    kw = dict(static_argnums=(), target="iOS17", precision="fp32", backend=None, random=None)
     kw.update(opts)
     return kw
 

@@ -84,3 +84,30 @@ def test_oldest_constraints_pin_the_declared_lower_bounds():
     for name, version in pins.items():
         assert f"{name}>={version}" in reqs[name], (name, version, reqs[name])
     assert "-c .ci/constraints-oldest.txt" in (ROOT / ".ci" / "run").read_text()
+
+
+# -- issue 17: dead-code elimination, source frames, re-binding ------------------------------
+def test_dce_closed_jaxpr_removes_dead_randomness_keeps_effects_and_asked_inputs():
+    from jax.experimental import io_callback
+
+    def f(x, k, unused):
+        _ = jax.random.normal(jax.random.split(k)[0], (3,))   # dead
+        io_callback(lambda a: a, jax.ShapeDtypeStruct((3,), np.float32), x)  # effect: kept
+        return x * 2.0
+
+    closed = jax.make_jaxpr(f)(np.ones(3, np.float32), jax.random.key(0), np.float32(1))
+    new, used = jc.dce_closed_jaxpr(closed, [False, False, True])
+    names = [e.primitive.name for e in new.jaxpr.eqns]
+    assert used == [True, False, True] and len(new.jaxpr.invars) == 2
+    assert "io_callback" in names and not any(n.startswith("random") for n in names)
+
+
+def test_source_frames_and_eval_equation_keep_the_users_line():
+    closed = jax.make_jaxpr(lambda x: jnp.sin(x))(np.float32(1))
+    eqn = closed.jaxpr.eqns[0]
+    frames = jc.source_frames(eqn.source_info)
+    user = [f for f in frames if f[3]]
+    assert user and user[0][0] == __file__ and frames[0][3] is False  # innermost: JAX's
+    rebound = jax.make_jaxpr(lambda x: jc.eval_equation(eqn, [x])[0])(np.float32(1))
+    again = [f for f in jc.source_frames(rebound.jaxpr.eqns[0].source_info) if f[3]]
+    assert again[0] == user[0]  # the original line, not this one

@@ -78,13 +78,22 @@ def test_every_primitive_of_jax_random_has_a_refusing_rule(draw, make_key):
     assert all(RULES[n].__name__ == "_jax_random" for n in RANDOM_PRIMITIVES)
 
 
-def test_typed_key_as_argument_or_constant_is_refused():
+def test_live_draw_from_a_key_argument_or_constant_names_the_draw_and_the_argument():
     x = np.ones((3,), F32)
-    with pytest.raises(UnsupportedDTypeError, match="PRNG key.*threefry"):
+    with pytest.raises(UnsupportedPrimitiveError,
+                       match=r"jax\.random\.normal \(JAX primitive 'random_bits'\) at "
+                             r".*test_random\.py:\d+.*from argument 'k'"):
         rlxjax.coreml_jit(DRAWS["normal"], backend="reference").lower(jax.random.key(0), x)
     key = jax.random.key(1)
-    with pytest.raises(UnsupportedDTypeError, match="closes over is a JAX PRNG key"):
+    with pytest.raises(UnsupportedPrimitiveError, match=r"jax\.random\.uniform .*threefry"):
         rlxjax.coreml_jit(lambda x: DRAWS["uniform"](key, x), backend="reference").lower(x)
+
+
+def test_a_key_argument_used_without_a_draw_is_named():
+    x = np.ones((3,), F32)
+    with pytest.raises(UnsupportedDTypeError, match=r"argument 'k\.b\.0' is a JAX PRNG key"):
+        rlxjax.coreml_jit(lambda x, k: (x, k), backend="reference").lower(
+            x, {"a": x, "b": [jax.random.key(0)]})
 
 
 # -- dropout in plain JAX ----------------------------------------------------------------

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
 
 from ..ir import Graph, TensorType, verify
-from ..errors import DynamicShapeError, UnsupportedDTypeError
+from ..errors import DynamicShapeError, UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import uint32
+from . import random_inputs, randomness, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
@@ -58,9 +58,39 @@ class Traced:
     in_types: List[TensorType]
     # the custom derivative rules the graph's custom_vjp nodes name (custom_rules.py)
     custom_rules: CustomRules = field(default_factory=CustomRules)
-    # zero-size leaves, not graph inputs / outputs: leaf index -> EmptyIO (zerosize.py)
+    # zero-size leaves, not graph inputs / outputs: leaf index -> EmptyIO (zerosize.py);
+    # empty_out counts the results the program gives (after the host's, random="inputs")
     empty_in: Dict[int, EmptyIO] = field(default_factory=dict)
     empty_out: Dict[int, EmptyIO] = field(default_factory=dict)
+    # argument leaves that are not program inputs (dead PRNG keys and uint32 arrays,
+    # randomness.py): leaf index in in_tree -> (name, shape, dtype); the graph's inputs
+    # are the other leaves, in order
+    dropped: Dict[int, Tuple[str, Tuple[int, ...], Any]] = field(default_factory=dict)
+    # random="inputs": what the host computes on each call (random_inputs.HostPart); its
+    # program inputs are the graph inputs after the argument leaves'
+    host: Any = None
+    # argument leaves that are uint32 program inputs, carried as int32 (< 2**31 per call)
+    u32_leaves: frozenset = frozenset()
+
+    @property
+    def n_device_out(self) -> int:
+        """How many result leaves the device gives (zero-size ones included): all but the
+        host's (random="inputs")."""
+        n = self.out_tree.num_leaves
+        if self.host is None or all(k is None for k in self.host.outputs):
+            return n  # (also after a transform replaced the results: none is the host's)
+        return sum(1 for k in self.host.outputs if k is None)
+
+    def leaf_inputs(self) -> List[Optional[int]]:
+        """For each argument leaf, the index of its graph input (None: dropped or empty)."""
+        out, k = [], 0
+        for i in range(self.in_tree.num_leaves):
+            if i in self.dropped or i in self.empty_in:
+                out.append(None)
+            else:
+                out.append(k)
+                k += 1
+        return out
 
 
 def _refuse_symbolic_dims(dyn_args, names) -> None:
@@ -82,31 +112,64 @@ def _refuse_symbolic_dims(dyn_args, names) -> None:
                 "program per input shape), or lower one program per shape you need.")
 
 
-def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Traced:
+def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
+          random: Optional[str] = None) -> Traced:
     """Trace ``fun(*dyn_args)`` and translate it to a verified RLX graph.
 
     ``names`` gives one name per dynamic argument; leaves are named by pytree path under it.
+    ``random``: None (live randomness is an error) or "inputs" (random_inputs.py).
     """
     _refuse_symbolic_dims(dyn_args, names)
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
+    leaf_names = [path_name(names[path[0].idx], path[1:]) for path, _ in leaves_with_paths]
+    # dead code (dead randomness above all) goes before any rule can refuse it
+    closed, dropped = randomness.prune(closed, leaf_names, refuse=random is None)
+    host = None
+    if random == "inputs":
+        closed, dropped, host = random_inputs.split(closed, leaf_names, dropped)
 
     graph = Graph(getattr(fun, "__name__", "main"))
     ctx = Lowering(graph, CustomRules())
     inputs, values, empty_in, empty_out = [], [], {}, {}
-    for k, ((path, _), var) in enumerate(zip(leaves_with_paths, closed.jaxpr.invars)):
-        top, rest = path[0], path[1:]
-        name = path_name(names[top.idx], rest)
-        t = aval_type(var.aval)
-        if is_empty_type(t):  # no data: an empty constant, not a program input
-            empty_in[k] = EmptyIO(name, tuple(t.shape), np.dtype(var.aval.dtype).name)
+    kept = [i for i in range(len(leaf_names)) if i not in dropped]
+    host_ins = host.inputs if host is not None else []
+    entries = [(i, leaf_names[i]) for i in kept] + [(None, h.name) for h in host_ins]
+    for (leaf, name), var in zip(entries, closed.jaxpr.invars):
+        # uint32 counters and indices: carried as int32, checked < 2**31 on each call
+        carried = uint32.is_u32(var.aval)
+        try:
+            t = aval_type(var.aval, carry_u32=carried)
+        except UnsupportedDTypeError as e:
+            raise UnsupportedDTypeError(f"argument '{name}': {e}") from None
+        if is_empty_type(t):
+            if leaf is None:
+                raise ZeroSizeError(f"random='inputs': the host value {name} has zero size "
+                                    f"({t}): Core ML has no zero-size tensors")
+            # no data: an empty constant, not a program input
+            empty_in[leaf] = EmptyIO(name, tuple(t.shape), np.dtype(var.aval.dtype).name)
             ctx.made_empty = True
-            values.append(ctx.constant(empty_in[k].value()))
+            values.append(ctx.constant(empty_in[leaf].value()))
             continue
         inputs.append(graph.add_input(name, t))
         values.append(inputs[-1])
-    outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, values)
+        if carried:
+            ctx.u32_ranges[inputs[-1].id] = (0, uint32.LIMIT)
+    u32_args = [leaf_names[i] for i, var in zip(kept, closed.jaxpr.invars)
+                if uint32.is_u32(var.aval)]
+    try:
+        outs = ctx.eval_jaxpr(closed.jaxpr, closed.consts, values)
+    except UnsupportedDTypeError as e:
+        if not u32_args or "uint32" not in str(e):
+            raise
+        raise UnsupportedDTypeError(
+            f"{e} The uint32 argument(s) {', '.join(repr(n) for n in u32_args)} are carried "
+            "as int32 with values in [0, 2**31): arithmetic on them that may leave that "
+            "range is refused; pass int32, or compile with random='inputs', which runs "
+            "arithmetic on keys and uint32 arguments on the host") from None
+    if host is not None:  # the results the host computes are no program outputs
+        out_paths = [p for p, k in zip(out_paths, host.outputs) if k is None]
     for (path, _), var in zip(out_paths, closed.jaxpr.outvars):
         if uint32.is_u32(var.aval):
             raise UnsupportedDTypeError(
@@ -124,5 +187,7 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str]) -> Trace
 
         dce(graph)
     verify(graph)
+    u32 = frozenset(i for i, var in zip(kept, closed.jaxpr.invars)
+                    if uint32.is_u32(var.aval) and i not in empty_in)
     return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules,
-                  empty_in, empty_out)
+                  empty_in, empty_out, dropped, host, u32)

@@ -74,11 +74,12 @@ class Lowering(Builder):
                 return self.constant(np.asarray(atom.val, dtype=atom.aval.dtype))
             v = env.get(atom)
             if v is None:
-                v = env[atom] = self.constant(np.asarray(closed.pop(atom)))
+                c = closed.pop(atom)
+                reject_prng_key(c, "a value the function closes over")
+                v = env[atom] = self.constant(np.asarray(c))
             return v
 
         for var, c in zip(jaxpr.constvars, consts):
-            reject_prng_key(c, "a value the function closes over")
             if isinstance(c, Value):
                 env[var] = c
             else:

@@ -3,7 +3,8 @@
 The program builder (program.py) arranges a training step's graph in one fixed order:
 
 * inputs: the parameter leaves, the optimizer-state leaves, then the batch leaves
-  (``state="mlstate"``: the batch leaves only; parameters and optimizer state are states);
+  (``state="mlstate"``: the batch leaves only; parameters and optimizer state are states),
+  then (``random="inputs"``) the random inputs the host computes from the batch's keys;
 * outputs: the loss, the aux leaves (``has_aux``), then (``state="io"``) the new parameter
   and new optimizer-state leaves, in the order of the inputs they replace on the next call.
 
@@ -25,7 +26,7 @@ from ..frontend import path_name
 from .mlstate import BIAS, I32_BASE, Layout, make_layout
 
 MODES = ("io", "mlstate")
-INPUT_ROLES = ("param", "opt_state", "batch")
+INPUT_ROLES = ("param", "opt_state", "batch", "random")  # random: computed by the host
 OUTPUT_ROLES = ("loss", "aux", "new_param", "new_opt_state")
 _NEW = {"param": "new_param", "opt_state": "new_opt_state"}
 
@@ -99,7 +100,8 @@ class TrainLayout:
 
     @classmethod
     def of_program(cls, compiled, mode: str, n_params: int, n_opt_state: int,
-                   has_aux: bool, tensors: Optional[Layout] = None) -> "TrainLayout":
+                   has_aux: bool, tensors: Optional[Layout] = None,
+                   n_random: int = 0) -> "TrainLayout":
         """The layout of ``compiled``, a program arranged as the module doc says."""
         n_trained = n_params + n_opt_state if mode == "io" else 0
         ins, outs = compiled.input_specs, compiled.output_specs
@@ -108,7 +110,7 @@ class TrainLayout:
             raise RlxError(f"internal: a {mode} training program with {len(ins)} inputs "
                            f"and {len(outs)} outputs for {n_trained} trained leaves")
         in_roles = ["param"] * n_params + ["opt_state"] * n_opt_state if mode == "io" else []
-        in_roles += ["batch"] * (len(ins) - len(in_roles))
+        in_roles += ["batch"] * (len(ins) - len(in_roles) - n_random) + ["random"] * n_random
         inputs = tuple(_feature(s, r) for s, r in zip(ins, in_roles))
         outputs = [_feature(s, "loss" if i == 0 or not has_aux else "aux")
                    for i, s in enumerate(outs[:n_loss])]

@@ -37,6 +37,12 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     g = traced.graph
     n_p = len(jax.tree_util.tree_leaves(params))
     n_s = len(jax.tree_util.tree_leaves(opt_state))
+    trained = [i for i in traced.dropped if i < n_p + n_s]
+    if trained:
+        name, _, dtype = traced.dropped[trained[0]]
+        raise ArgumentError(f"'{name}' is {dtype}: params and optimizer state can hold only "
+                            "trained float arrays (and int32); pass PRNG keys and RNG "
+                            "counters in the batch")
     p_vals = [v for _, v in g.inputs[:n_p]]
     s_vals = [v for _, v in g.inputs[n_p:n_p + n_s]]
     n_out = traced.out_tree.num_leaves
@@ -51,6 +57,8 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
         if not v.dtype.is_float:
             raise ArgumentError(f"parameter '{name}' is {v.dtype}: only float parameters "
                                 "can be trained")
+    if traced.host is not None:
+        traced.host.require_device_results("coreml_train_step")
     grads = backward(g, loss_v, p_vals, traced.custom_rules.backward)
     new_p, new_s = _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state)
     if mode == "mlstate":
@@ -69,7 +77,8 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
               blank(jax.tree_util.tree_structure(params)),
               blank(jax.tree_util.tree_structure(opt_state)))
     out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
-    return Traced(g, traced.in_tree, out_tree, traced.in_types)
+    return Traced(g, traced.in_tree, out_tree, traced.in_types, dropped=traced.dropped,
+                  host=traced.host, u32_leaves=traced.u32_leaves)
 
 
 def _refuse_empty(traced: Traced) -> None:
@@ -112,7 +121,10 @@ def _to_states(traced: Traced, args, in_vals, out_vals) -> Traced:
     verify(g)
     batch = tuple(args[2:])
     return Traced(g, jax.tree_util.tree_structure(batch), traced.out_tree,
-                  traced.in_types[n:])
+                  traced.in_types[n:],  # (no dropped leaf is a param or optimizer state)
+                  dropped={i - n: d for i, d in traced.dropped.items()},
+                  host=None if traced.host is None else traced.host.shifted(n),
+                  u32_leaves=frozenset(i - n for i in traced.u32_leaves if i >= n))
 
 
 @dataclass(frozen=True)
@@ -143,7 +155,9 @@ def compile_program(step, args, *, mode: str, has_aux: bool) -> TrainProgram:
     n_p = len(jax.tree_util.tree_leaves(args[0]))
     n_s = len(jax.tree_util.tree_leaves(args[1]))
     tensors = state_layout(args[0], args[1]) if mode == "mlstate" else None
-    layout = TrainLayout.of_program(compiled, mode, n_p, n_s, has_aux, tensors)
+    host = compiled._traced.host
+    layout = TrainLayout.of_program(compiled, mode, n_p, n_s, has_aux, tensors,
+                                    n_random=0 if host is None else len(host.inputs))
     compiled.spec.description.metadata.userDefined[METADATA_KEY] = json.dumps(layout.metadata())
     structs = (args[0], args[1]) if mode == "mlstate" else None
     return TrainProgram(compiled, layout, structs)

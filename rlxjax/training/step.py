@@ -173,7 +173,8 @@ class TrainStep(CoreMLFunction):
 
 
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
-                      precision: str = "fp32", has_aux: bool = False, backend=None):
+                      precision: str = "fp32", has_aux: bool = False, backend=None,
+                      random=None):
     """One Core ML program = forward + backward + ``optimizer`` update (optax).
 
     ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
@@ -181,7 +182,9 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     ``step.save("train.mlpackage")``. ``state="io"`` passes params and optimizer state in
     and out of every call (default target iOS17); ``state="mlstate"`` keeps them in Core ML
     states updated in place (target iOS18, the default for it; exact fp32 storage, see
-    rlxjax/training/mlstate.py).
+    rlxjax/training/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
+    (dropout) are computed on the host from the keys in the batch and fed as program
+    inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
     """
     if state == "mlstate":
         target = "iOS18" if target is None else target
@@ -191,4 +194,4 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
         raise ArgumentError("training steps compute in fp32 (precision='fp32'): fp16 "
                             "gradients and optimizer moments lose the updates")
     return TrainStep(loss, optimizer, state=state, has_aux=has_aux, static_argnums=(),
-                     target=target, precision=precision, backend=backend)
+                     target=target, precision=precision, backend=backend, random=random)

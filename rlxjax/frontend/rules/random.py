@@ -2,8 +2,10 @@
 
 ``jax.random`` cannot be compiled: its values are defined by JAX's threefry counter-based
 generator, and Core ML programs cannot reproduce those streams bit for bit (no uint32
-arithmetic, no bitwise ops), so every primitive that ``jax.random`` emits raises with the
-two ways out. ``rlxjax.nn.dropout`` (primitive ``rlx_dropout``) is the supported way to draw
+arithmetic, no bitwise ops). Dead randomness is removed and live randomness refused, with
+the draw and the user's line named, before any rule runs (frontend/randomness.py); the
+rules here refuse every primitive that ``jax.random`` emits as a backstop.
+``rlxjax.nn.dropout`` (primitive ``rlx_dropout``) is the supported way to draw
 random numbers on the device: it lowers to the RLX ``bernoulli`` op (MIL
 ``random_bernoulli``), see rlxjax/nn/dropout.py for its semantics.
 """
@@ -12,13 +14,12 @@ from __future__ import annotations
 import jax
 
 from ...errors import UnsupportedDTypeError
+from ..randomness import OPTIONS
 from ..registry import rule
 
-RANDOM_DETAIL = (
-    "jax.random inside a compiled function: Core ML programs cannot reproduce JAX's threefry "
-    "streams. Either pass random numbers in as an input (generate them with jax.random on the "
-    "host each step), or use rlxjax.nn.dropout(x, rate, deterministic=...) which draws on "
-    "the device.")
+#: the ways out, in every error about jax.random (randomness.py refuses live randomness
+#: before any rule runs; the rules below are the backstop for other translations)
+RANDOM_DETAIL = OPTIONS
 
 #: primitives emitted by jax.random (typed keys from jax.random.key and raw uint32 keys
 #: from jax.random.PRNGKey, JAX 0.10), all refused on purpose -> what emits them

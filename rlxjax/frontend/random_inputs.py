@@ -1,0 +1,332 @@
+"""``random="inputs"``: every live random draw becomes a program input computed on the host.
+
+A function's jaxpr splits in two parts:
+
+- the **host part**: every equation computed only from PRNG keys and uint32 arguments
+  (the leaves that cannot be Core ML inputs) and from the keys that ``jax.random.key`` /
+  ``PRNGKey`` makes from constants: key arithmetic, the draws, and what turns the random
+  bits into numbers (``uniform``'s bit tricks, ``normal``'s ``erf_inv``, ``bernoulli``'s
+  comparison), plus counters' arithmetic (an nnx RNG count + 1);
+- the **device part**: everything else, compiled to Core ML as usual.
+
+Each host value a device equation reads becomes a program input ("random input", named
+after its ``jax.random`` function, e.g. ``random.bernoulli``); on each call the host runs
+its part with JAX itself (``jax.jit`` of the host equations, fed the call's key and counter
+arguments), so the program sees exactly JAX's numbers: results equal ``jax.jit``'s bit for
+bit wherever the device part computes exactly. Results of the host part the function
+returns (a new key, an incremented counter) come back from the host directly.
+
+Calls (``jit``, ``closed_call``, ``checkpoint``) are inlined first (a re-trace keeping every
+equation's source line), so a draw inside ``jax.jit`` or a flax module splits like one at
+top level. An equation that mixes both parts and cannot be split (a ``scan`` / ``cond`` /
+``while`` carrying a key next to device values, a ``custom_jvp`` function taking a key),
+a draw from a key computed from device values, and random uint32 bits read by the device
+are refused with a message naming the equation and the user's line. uint32 values from
+counters read by the device are carried as int32 (checked < 2**31 on each call).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from .. import _jax_compat as jc
+from ..errors import ArgumentError, UnsupportedDTypeError, UnsupportedPrimitiveError
+from ..ir import dtype_from_numpy
+from . import randomness, uint32
+
+_CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
+_RANDOM = set(randomness.DRAWS) | set(randomness.KEY_ARITHMETIC)
+MODES = (None, "inputs")
+
+
+@dataclass
+class HostInput:
+    """One program input the host computes on each call (package metadata row)."""
+
+    name: str                  # graph input name ('random.bernoulli')
+    shape: Tuple[int, ...]
+    dtype: str                 # JAX dtype computed on the host ('bool', 'float32', 'uint32')
+    made_by: Optional[str]     # 'jax.random.bernoulli'
+    source: Optional[str]      # the user's line of the draw
+
+    def row(self) -> Dict[str, Any]:
+        return dict(name=self.name, shape=list(self.shape), dtype=self.dtype,
+                    made_by=self.made_by, source=self.source)
+
+
+@dataclass
+class HostPart:
+    """What the host computes on each call of a ``random="inputs"`` program."""
+
+    leaves: List[int]          # the argument leaves it reads (indices into the leaves)
+    fn: Callable               # jitted: those leaves -> (program inputs..., host results...)
+    inputs: List[HostInput]    # the program inputs it computes (graph inputs after the leaves)
+    outputs: List[Optional[int]]  # per function result leaf: host result index, or None
+
+    def run(self, leaves: Sequence[Any]):
+        """(program input arrays, host results) for one call's argument leaves."""
+        vals = self.fn(*[leaves[i] for i in self.leaves])
+        n = len(self.inputs)
+        ins = []
+        for spec, v in zip(self.inputs, vals[:n]):
+            a = np.asarray(v)
+            if spec.dtype == "uint32":
+                if a.size and int(a.max()) > uint32.LIMIT:
+                    raise ArgumentError(
+                        f"program input '{spec.name}' (uint32, computed on the host from "
+                        f"{spec.source or 'the arguments'}) holds {int(a.max())} >= 2**31: "
+                        "Core ML carries uint32 as int32 only below 2**31")
+                a = a.astype(np.int32)
+            ins.append(a)
+        outs = [v if randomness.is_key(v) else np.asarray(v) for v in vals[n:]]
+        return ins, outs
+
+    def merge(self, device_outs: Sequence[Any], host_outs: Sequence[Any]) -> list:
+        """The function's result leaves from the program's and the host's results."""
+        if all(k is None for k in self.outputs):
+            return list(device_outs)  # (also after a transform replaced the results)
+        it = iter(device_outs)
+        return [next(it) if k is None else host_outs[k] for k in self.outputs]
+
+    def require_device_results(self, what: str) -> None:
+        """Transforms (gradients, training) replace the results: none may be the host's."""
+        if any(k is not None for k in self.outputs):
+            raise ArgumentError(
+                f"random='inputs' with {what}: a result of the function is computed only "
+                "from keys / counters (on the host), e.g. a new key returned; return only "
+                "values computed from the other arguments")
+
+    def shifted(self, n: int) -> "HostPart":
+        """The same host part for argument leaves numbered from ``n`` (the first ``n``
+        leaves left out of the call, as a training step in mlstate mode does)."""
+        if any(i < n for i in self.leaves):
+            raise ArgumentError("random='inputs': a PRNG key or counter among the "
+                                "parameters or optimizer state; pass it in the batch")
+        return HostPart([i - n for i in self.leaves], self.fn, self.inputs, self.outputs)
+
+    def metadata(self) -> List[Dict[str, Any]]:
+        return [i.row() for i in self.inputs]
+
+
+def check_mode(random) -> None:
+    if random not in MODES:
+        raise ArgumentError(f"random={random!r}: choose None (live randomness is an error) "
+                            "or 'inputs' (draws computed on the host by jax.random, fed "
+                            "as program inputs)")
+
+
+# -- inlining calls ----------------------------------------------------------------------
+def _call_jaxpr(eqn):
+    if eqn.primitive.name not in _CALLS:
+        return None
+    sub = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+    if isinstance(sub, jc.ClosedJaxpr):
+        return sub.jaxpr, sub.consts
+    return (sub, []) if isinstance(sub, jc.Jaxpr) else None
+
+
+def _has_user_frame(eqn) -> bool:
+    return any(f[3] for f in randomness.frames(eqn))
+
+
+def _inline_eval(jaxpr, consts, args, outer=None):
+    """Evaluate ``jaxpr`` binding its equations, calls inlined. ``outer``: the source info
+    of the call being inlined, for equations whose own has no user frame (the body of a
+    jitted library function, e.g. jax.random's, traced once and cached): their user's
+    line, and the jax.random function that led to them, are the call's."""
+    env = dict(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
+    for eqn in jaxpr.eqns:
+        ins = [read(v) for v in eqn.invars]
+        info = outer if outer is not None and not _has_user_frame(eqn) else None
+        call = _call_jaxpr(eqn)
+        if call:
+            outs = _inline_eval(*call, ins, outer=info or eqn.source_info)
+        else:
+            outs = jc.eval_equation(eqn, ins, info)
+        for v, o in zip(eqn.outvars, outs):
+            if not isinstance(v, jc.DropVar):
+                env[v] = o
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _struct(aval):
+    return jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype)
+
+
+def _flatten(closed):
+    """``closed`` with every call inlined (re-traced: fresh variables, same source lines)."""
+    structs = [_struct(v.aval) for v in closed.jaxpr.invars]
+    return jax.make_jaxpr(lambda *a: _inline_eval(closed.jaxpr, closed.consts, a))(*structs)
+
+
+# -- splitting -----------------------------------------------------------------------------
+def _refuse(eqn, what: str):
+    line, via = randomness.where([eqn])
+    fn = randomness.random_function([eqn])
+    prim = eqn.primitive.name
+    at = (f" at {line}" if line else "") + (f", via {via}" if via else "")
+    name = f"{fn} (JAX primitive '{prim}')" if fn else f"JAX primitive '{prim}'"
+    return UnsupportedPrimitiveError(prim, line, message=(
+        f"random='inputs': {name}{at} {what}. Draw the random numbers outside that "
+        "operation (e.g. split the keys and draw before a loop, pass the draws in), or "
+        "compute them on the host and pass them as an argument."))
+
+
+def _has_random(eqn) -> bool:
+    return any(randomness.find(sub, _RANDOM) for sub in randomness.subjaxprs(eqn))
+
+
+def split(closed, names: Sequence[str], dropped: dict):
+    """Split the pruned ``closed`` (taking the leaves not in ``dropped``) into its device
+    part (a closed jaxpr taking the device leaves, then the host inputs) and its host part.
+    Returns ``(device_closed, dropped, host)``, ``host`` None when nothing is random."""
+    kept = [i for i in range(len(names)) if i not in dropped]
+    jaxpr = closed.jaxpr
+    host_leaf = [randomness.not_an_input(v.aval) for v in jaxpr.invars]
+    if not any(host_leaf) and not randomness.find(jaxpr, _RANDOM):
+        return closed, dropped, None
+    flat = _flatten(closed)
+    fj = flat.jaxpr
+    host = {v for v, h in zip(fj.invars, host_leaf) if h}
+    neutral = set(fj.constvars)  # computed from constants only: usable on both sides
+    drawn = set()                # host values computed from a draw
+    host_eqns, device_eqns = [], []
+    for eqn in fj.eqns:
+        ins = [v for v in eqn.invars if not isinstance(v, jc.Literal)]
+        prim = eqn.primitive.name
+        if prim in _RANDOM or any(v in host for v in ins):
+            if all(v in host or v in neutral for v in ins):
+                host_eqns.append(eqn)
+                host.update(eqn.outvars)
+                if prim in randomness.DRAWS or any(v in drawn for v in ins):
+                    drawn.update(eqn.outvars)
+                continue
+            if prim in _RANDOM:
+                raise _refuse(eqn, "draws from a key computed from device values")
+        elif all(v in neutral for v in ins) and not eqn.effects and not _has_random(eqn):
+            neutral.update(eqn.outvars)
+            continue
+        if _has_random(eqn):
+            raise _refuse(eqn, "draws random numbers inside an operation that also "
+                          "computes on device values, which rlxjax cannot split")
+        device_eqns.append(eqn)
+    # program inputs: host values the device reads, in order of first read
+    needed: List[Any] = []
+    for eqn in device_eqns:
+        for v in eqn.invars:
+            if not isinstance(v, jc.Literal) and v in host and v not in needed:
+                needed.append(v)
+    producer = {o: e for e in host_eqns for o in e.outvars}
+    arg_of = {v: names[i] for v, i, h in zip(fj.invars, kept, host_leaf) if h}
+    inputs = [_host_input(v, producer, drawn, device_eqns, arg_of) for v in needed]
+    _unique_names(inputs)
+    is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
+    host_outs = [v for v in fj.outvars if is_host(v)]
+    outputs = [host_outs.index(v) if is_host(v) else None for v in fj.outvars]
+    dev_ids, host_ids = {id(e) for e in device_eqns}, {id(e) for e in host_eqns}
+    in_order = [e for e in fj.eqns if id(e) not in dev_ids]  # host and neutral
+    host_vars = [v for v, h in zip(fj.invars, host_leaf) if h]
+    fn = _host_fn(fj, flat.consts, host_vars, in_order, needed + host_outs)
+    dev_vars = [v for v, h in zip(fj.invars, host_leaf) if not h]
+    dev_order = [e for e in fj.eqns if id(e) not in host_ids]  # device and neutral
+    dev_outs = [v for v in fj.outvars if not is_host(v)]
+    device = _device_closed(fj, flat.consts, dev_vars, needed, dev_order, dev_outs)
+    new_dropped = dict(dropped)
+    for i, var, h in zip(kept, jaxpr.invars, host_leaf):
+        if h:
+            new_dropped[i] = (names[i], tuple(var.aval.shape), var.aval.dtype)
+    host_leaves = [i for i, h in zip(kept, host_leaf) if h]
+    return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs)
+
+
+def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:
+    """(the jax.random function, else the argument) behind host value ``v``: the nearest
+    among the equations it was computed by (``x[:, perm]`` reads a broadcast of
+    permutation's; ``dynamic_slice`` a normalised copy of a uint32 index argument)."""
+    todo, seen, arg = [v], set(), None
+    while todo:
+        u = todo.pop(0)
+        arg = arg or arg_of.get(u)
+        eqn = producer.get(u)
+        if eqn is None or id(eqn) in seen:
+            continue
+        seen.add(id(eqn))
+        fn = randomness.random_function([eqn])
+        if fn:
+            return fn, None
+        todo.extend(x for x in eqn.invars if not isinstance(x, jc.Literal))
+    return None, arg
+
+
+def _host_input(v, producer, drawn, device_eqns, arg_of) -> HostInput:
+    reader = next(e for e in device_eqns if any(x is v for x in e.invars))
+    eqn = producer.get(v)
+    src = eqn or reader
+    if randomness.is_key(v.aval):
+        raise _refuse(reader, "reads a PRNG key next to device values (Core ML has no key "
+                      "type)")
+    if uint32.is_u32(v.aval) and v in drawn:
+        raise _refuse(reader, "reads random uint32 bits (Core ML has no uint32): turn them "
+                      "into numbers with jax.random.uniform / randint / bits on the host side")
+    if not uint32.is_u32(v.aval):
+        try:
+            dtype_from_numpy(v.aval.dtype)
+        except UnsupportedDTypeError as e:
+            raise _refuse(reader, f"reads a host value of dtype {v.aval.dtype} ({e})") from None
+    shape, dtype = tuple(v.aval.shape), np.dtype(v.aval.dtype).name
+    if v in arg_of:  # a uint32 argument read as it is
+        return HostInput(arg_of[v], shape, dtype, None, None)
+    made_by, arg = _made_by(v, producer, arg_of)
+    line, _ = randomness.where([src])
+    if made_by is None and arg is not None:  # computed from a uint32 argument (an index)
+        return HostInput(f"host.{arg}", shape, dtype, None, line)
+    short = made_by.rsplit(".", 1)[-1] if made_by else "value"
+    return HostInput(f"random.{short}", shape, dtype, made_by, line)
+
+
+def _unique_names(inputs: List[HostInput]) -> None:
+    seen: Dict[str, int] = {}
+    for inp in inputs:
+        k = seen.get(inp.name, 0)
+        seen[inp.name] = k + 1
+        if k:
+            inp.name = f"{inp.name}_{k}"
+
+
+def _host_fn(fj, consts, invars, eqns, outvars):
+    def host(*leaves):
+        env = dict(zip(fj.constvars, consts))
+        env.update(zip(invars, leaves))
+        read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
+        for eqn in eqns:
+            for v, o in zip(eqn.outvars, jc.eval_equation(eqn, [read(x) for x in eqn.invars])):
+                env[v] = o
+        return [read(v) for v in outvars]
+
+    return jax.jit(host)
+
+
+def _device_closed(fj, consts, dev_vars, needed, eqns, outvars):
+    """The device part as a closed jaxpr taking (device leaves..., host inputs...), without
+    the constant computations only the host part reads."""
+    n = len(dev_vars)
+
+    def device(*args):
+        env = dict(zip(fj.constvars, consts))
+        env.update(zip(dev_vars, args[:n]))
+        env.update(zip(needed, args[n:]))
+        read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
+        for eqn in eqns:
+            for v, o in zip(eqn.outvars, jc.eval_equation(eqn, [read(x) for x in eqn.invars])):
+                if not isinstance(v, jc.DropVar):
+                    env[v] = o
+        return [read(v) for v in outvars]
+
+    structs = [_struct(v.aval) for v in dev_vars] + [_struct(v.aval) for v in needed]
+    closed = jax.make_jaxpr(device)(*structs)
+    return jc.dce_closed_jaxpr(closed, [True] * len(structs))[0]
