@@ -4,3 +4,4 @@ from . import indexing  # noqa: F401
 from . import pool  # noqa: F401
 from . import conv  # noqa: F401
 from . import random  # noqa: F401
+from . import special  # noqa: F401
