@@ -10,7 +10,7 @@ a relative one elsewhere), for rlxjax (the compiled program on the reference bac
 for jax.jit on the CPU. References are scipy.special / numpy in float64 (mpmath where
 scipy's own float64 value is not accurate enough to judge an fp32 result). Inputs are
 fp32 grids (linear and logarithmic) over the domain, subnormals excluded (XLA on CPU flushes
-them).
+them); a result below 1e-30 counts its error in ulps of 1e-30.
 """
 from __future__ import annotations
 
@@ -23,19 +23,22 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 sys.path.insert(0, ROOT)
 
 F32 = np.float32
-TINY = float(np.finfo(F32).tiny)
+FLOOR = 1e-30
 
 
 def errors(got, exact):
-    """(ulp error, mixed error) per element; NaN where exact is NaN counts 0 if got is NaN,
-    an infinity counts 0 if got is the same infinity, anything else non-finite is inf."""
+    """(ulp error, mixed error) per element. A NaN counts 0 if got is NaN too, an infinity
+    (or a value beyond fp32's range) 0 if got is the same infinity; anything else
+    non-finite is inf. Results below 1e-30 count their error in ulps of 1e-30: their
+    intermediate values underflow (and XLA on CPU flushes results below 1.2e-38 to 0)."""
     got = np.asarray(got, np.float64)
     exact = np.asarray(exact, np.float64)
     a = np.abs(exact)
-    sp = np.spacing(np.maximum(a, TINY).astype(F32)).astype(np.float64)
-    sp1 = np.spacing(np.maximum(a, 1.0).astype(F32)).astype(np.float64)
-    ok = (np.isnan(got) & np.isnan(exact)) | (np.isinf(exact) & (got == exact))
     with np.errstate(all="ignore"):
+        rounded = exact.astype(F32).astype(np.float64)
+        sp = np.spacing(np.maximum(a, FLOOR).astype(F32)).astype(np.float64)
+        sp1 = np.spacing(np.maximum(a, 1.0).astype(F32)).astype(np.float64)
+        ok = (np.isnan(got) & np.isnan(exact)) | (np.isinf(rounded) & (got == rounded))
         d = np.abs(got - exact)
         e = np.where(ok, 0.0, d / sp)
         m = np.where(ok, 0.0, d / sp1)
@@ -77,6 +80,33 @@ def _lgamma64(x):
         return np.where(np.isinf(x), np.inf, _sp().gammaln(x))
 
 
+def _polygamma64(m, x):
+    with np.errstate(all="ignore"):
+        return np.where((x <= 0) & (x == np.floor(x)), np.nan, _sp().polygamma(m.astype(int), x))
+
+
+def _igamma_grad_a64(a, x):
+    """dP(a, x)/da by mpmath (scipy has none), 30 digits."""
+    import mpmath
+
+    mpmath.mp.dps = 30
+    fn = np.frompyfunc(lambda av, xv: float(mpmath.diff(
+        lambda t: mpmath.gammainc(t, 0, xv, regularized=True), av)), 2, 1)
+    return fn(a, x).astype(np.float64)
+
+
+def _big_a():
+    a = _log(1e2, 1e4, 201)
+    k = _lin(0.5, 2.0, 201)
+    aa, kk = np.meshgrid(a, k, indexing="ij")
+    return aa.ravel(), (aa * kk).astype(F32).ravel()
+
+
+def _triples(a, b, x):
+    aa, bb, xx = np.meshgrid(a, b, x, indexing="ij")
+    return aa.ravel(), bb.ravel(), xx.ravel()
+
+
 def _nextafter_exact(x, y):
     return np.nextafter(x.astype(F32), y.astype(F32)).astype(np.float64)
 
@@ -107,11 +137,34 @@ def cases():
                     [("|x| <= 0.9", (_sym(_log(1e-6, 0.9)),)),
                      ("0.9 <= |x| < 1", (_sym(1 - _log(2.0 ** -24, 0.1)),))]),
         "lgamma": (lax.lgamma, _lgamma64,
-                   [("[-20, 20]", (_lin(-20, 20, 400001),)),
-                    ("[1e-6, 1e30]", (_log(1e-6, 1e30),))]),
+                   [("(0, 20]", (_lin(0, 20, 200001)[1:],)),
+                    ("[1e-6, 1e30]", (_log(1e-6, 1e30),)),
+                    ("[-20, 0)", (_lin(-20, 0, 200001)[:-1],))]),
         "digamma": (lax.digamma, _digamma64,
-                    [("[-20, 20]", (_lin(-20, 20, 400001),)),
-                     ("[1e-6, 1e30]", (_log(1e-6, 1e30),))]),
+                    [("(0, 20]", (_lin(0, 20, 200001)[1:],)),
+                     ("[1e-6, 1e30]", (_log(1e-6, 1e30),)),
+                     ("[-20, 0)", (_lin(-20, 0, 200001)[:-1],))]),
+        "polygamma": (lax.polygamma, lambda m, x: _polygamma64(m, x),
+                      [("m = 1, 2, 3; x in [1e-3, 1e4]",
+                        _pairs(np.array([1, 2, 3], F32), _log(1e-3, 1e4, 30001))),
+                       ("m = 1; x in [-6.5, 0)", _pairs(np.array([1], F32),
+                                                        _lin(-6.5, 0, 30001)[:-1]))]),
+        "zeta": (lax.zeta, lambda s, q: sp.zeta(s, q),
+                 [("s in [1.1, 30], q in [1e-2, 1e3]",
+                   _pairs(_log(1.1, 30, 301), _log(1e-2, 1e3, 301)))]),
+        "igamma": (lax.igamma, sp.gammainc,
+                   [("a, x in [1e-2, 1e2]", _pairs(_log(1e-2, 1e2, 301), _log(1e-2, 1e2, 301))),
+                    ("a in [1e2, 1e4], x in [a/2, 2a]", _big_a())]),
+        "igammac": (lax.igammac, sp.gammaincc,
+                    [("a, x in [1e-2, 1e2]", _pairs(_log(1e-2, 1e2, 301), _log(1e-2, 1e2, 301))),
+                     ("a in [1e2, 1e4], x in [a/2, 2a]", _big_a())]),
+        "igamma_grad_a": (lax.igamma_grad_a, _igamma_grad_a64,
+                          [("a, x in [1e-2, 1e2]",
+                            _pairs(_log(1e-2, 1e2, 101), _log(1e-2, 1e2, 101)))]),
+        "betainc": (lax.betainc, sp.betainc,
+                    [("a, b in [1e-2, 1e2], x in [0, 1]", _triples(_log(1e-2, 1e2, 41),
+                                                               _log(1e-2, 1e2, 41),
+                                                               _lin(0, 1, 101)))]),
         "bessel_i0e": (lax.bessel_i0e, sp.i0e, [("|x| in [1e-6, 1e6]", (_sym(_log(1e-6, 1e6)),))]),
         "bessel_i1e": (lax.bessel_i1e, sp.i1e, [("|x| in [1e-6, 1e6]", (_sym(_log(1e-6, 1e6)),))]),
         "nextafter": (lax.nextafter, _nextafter_exact,

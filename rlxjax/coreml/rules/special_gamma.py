@@ -87,7 +87,7 @@ def lgamma(f, x):
     s = _distance_to_integer(f, x)
     log_sin = f.log(f.sin(f.mul(s, np.pi)))
     refl = f.sub(f.sub(math.log(math.pi), log_sin), pos)
-    refl = f.select(f.eq(s, 0), np.inf, refl)  # the poles 0, -1, -2, ... (and -inf)
+    refl = f.select(f.or_(f.eq(s, 0), f.isinf(x)), np.inf, refl)  # the poles, and -inf
     out = f.select(f.gt(x, 0), pos, refl)
     return f.select(f.isnan(x), x, out)
 
@@ -187,7 +187,8 @@ def zeta(f, s, q):
     s_even = f.and_(s_int, f.eq(f.sub(s, f.mul(f.floor(f.mul(s, 0.5)), 2.0)), 0))
     pole = f.and_(q_le0, f.eq(q, f.floor(q)))
     out = f.select(pole, f.select(s_even, np.inf, np.nan), out)
-    return f.select(f.eq(s, 1.0), np.inf, out)
+    out = f.select(f.eq(s, 1.0), np.inf, out)
+    return f.select(f.eq(s, np.inf), np.nan, out)  # as JAX (its tail is inf·0 there)
 
 
 def polygamma(f, m, x):

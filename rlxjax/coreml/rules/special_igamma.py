@@ -118,9 +118,33 @@ def _continued_fraction(f, ax, x, a, enabled, derivative):
     return f.mul(ax, f.add(f.mul(out[2], dlogax_da), out[13]))
 
 
+def _log1pmx(f, u, ratio):
+    """log(1 + u) - u to a few ulps, ``ratio`` = 1 + u computed directly. Where the two
+    cancel (|u| <= 1/2): with v = u/(2 + u), log(1 + u) = 2·atanh(v) and u - 2v = u·v, so
+    log(1 + u) - u = 2v³·(1/3 + v²/5 + v⁴/7 + ...) - u·v, a series in v² <= 1/9; beyond,
+    log(ratio) - u (1 + u itself would have lost the digits of a small ratio)."""
+    v = f.div(u, f.add(u, 2.0))
+    w = f.mul(v, v)
+    series = f.horner([1.0 / (2 * k + 3) for k in range(8, -1, -1)], w)
+    near = f.sub(f.mul(f.mul(f.mul(v, w), 2.0), series), f.mul(u, v))
+    return f.select(f.le(f.abs(u), 0.5), near, f.sub(f.log(ratio), u))
+
+
 def _prefix(f, a, x):
-    """exp(a·log x - x - lgamma(a)), and whether it underflows."""
-    ax = f.sub(f.sub(f.mul(a, f.log(x)), x), lgamma(f, a))
+    """exp(a·log x - x - lgamma(a)), and whether it underflows. JAX sums those three
+    terms as they are, which leaves an absolute error of an ulp of a·log x in the
+    exponent: a relative error of 1e-5 at a = 100, 1e-2 at a = 1e4. From a = 10 on, the
+    exponent is formed as a·(log1p(u) - u) + log(a/2pi)/2 - S(a) instead, u = (x - a)/a
+    (x - a exact near a) and S(a) = lgamma(a) - Stirling's leading terms (to 1/a^5), which
+    keeps it to a few ulps of itself."""
+    plain = f.sub(f.sub(f.mul(a, f.log(x)), x), lgamma(f, a))
+    r = f.div(1.0, a)
+    r2 = f.mul(r, r)
+    stirling = f.mul(r, f.horner((1.0 / 1260.0, -1.0 / 360.0, 1.0 / 12.0), r2))
+    u = f.div(f.sub(x, a), a)
+    large = f.sub(f.add(f.mul(a, _log1pmx(f, u, f.div(x, a))), f.mul(f.log(f.mul(a, 1.0 / (2.0 * math.pi))),
+                                                          0.5)), stirling)
+    ax = f.select(f.and_(f.ge(a, 10.0), f.lt(a, np.inf)), large, plain)
     return f.exp(ax), f.lt(ax, -_LOG_MAX)
 
 
