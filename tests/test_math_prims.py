@@ -387,6 +387,39 @@ def test_gradients_match_jax():
     _grad_check([n for n in sorted(GRADS) if n not in _SLOW_GRADS])
 
 
+SINGULAR = {  # the derivative's poles, zeros and limits: inf / NaN exactly where JAX has them
+    "asin": (lax.asin, [[-1, 1, 0, -0.0]]), "acos": (lax.acos, [[-1, 1, 0]]),
+    "atanh": (lax.atanh, [[-1, 1, 0]]), "acosh": (lax.acosh, [[1, 2, np.inf]]),
+    "asinh": (lax.asinh, [[0, -0.0, np.inf, -np.inf, 1e30]]),
+    "tan": (lax.tan, [[0, 1.5707964, -1.5707964]]), "cbrt": (lax.cbrt, [[0, -0.0, 8, np.inf]]),
+    "atan2": (lax.atan2, [[0, 0, 1, -0.0, np.inf], [0, -0.0, 0, 0, np.inf]]),
+    "erf_inv": (lax.erf_inv, [[-1, 1, 0]]),
+    "lgamma": (lax.lgamma, [[0, -1, -2.5, 1, 2, np.inf]]),
+    "digamma": (lax.digamma, [[0, -1, -2.5, 1, 2, np.inf]]),
+    "bessel_i0e": (lax.bessel_i0e, [[0, -0.0, np.inf, 1e-9]]),
+    "bessel_i1e": (lax.bessel_i1e, [[0, -0.0, np.inf, 1e-9, -1e-9, 1.19e-7, 1.2e-7]]),
+    "sinh_cosh": (lambda x: lax.sinh(x) + lax.cosh(x), [[0, 89, -89]]),
+}
+
+
+def test_gradients_at_singular_points_match_jax():
+    names = sorted(SINGULAR)
+    inputs = [np.asarray(v, F32) for n in names for v in SINGULAR[n][1]]
+
+    def loss(*vs):
+        total, k = 0.0, 0
+        for n in names:
+            fn, xs = SINGULAR[n]
+            total = total + jnp.sum(fn(*vs[k:k + len(xs)]))
+            k += len(xs)
+        return total
+
+    argnums = tuple(range(len(inputs)))
+    got = rlxjax.coreml_grad(loss, argnums=argnums, backend="reference")(*inputs)
+    want = jax.grad(loss, argnums=argnums)(*inputs)
+    assert_tree_close(list(got), [np.asarray(w) for w in want], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", _SLOW_GRADS)
 def test_igamma_and_betainc_gradients_match_jax(name):

@@ -189,11 +189,15 @@ def broadcast_all(fx: Fx, xs, shape) -> List:
     return out
 
 
+def max_of(fx: Fx, x):
+    """The largest element of ``x`` (rank >= 1), a rank-0 var."""
+    return fx.b.op("reduce_max", TensorType((), x.dtype), x=x,
+                   axes=np.arange(x.type.rank, dtype=np.int32))
+
+
 def any_true(fx: Fx, mask):
     """A bool[] that is True when some element of the float 0/1 ``mask`` is 1."""
-    m = fx.b.op("reduce_max", TensorType((), mask.dtype), x=mask,
-                axes=np.arange(mask.type.rank, dtype=np.int32))
-    return fx.gt(m, 0)
+    return fx.gt(max_of(fx, mask), 0)
 
 
 def while_loop(b, init: Sequence, cond: Callable, body: Callable) -> tuple:

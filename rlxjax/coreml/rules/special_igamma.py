@@ -19,7 +19,7 @@ import numpy as np
 from ...ir import DType
 from ..registry import lowering
 from .common import reshape
-from .mathlib import any_true, broadcast_all, upcast, while_loop
+from .mathlib import any_true, broadcast_all, max_of, upcast, while_loop
 from .special_gamma import digamma, lgamma
 
 _EPS = float(np.finfo(np.float32).eps)
@@ -243,7 +243,8 @@ def _betainc_fraction(f, a, b, x):
         return f.select(f.eq(it, 1.0), 1.0, f.select(even, even_n, odd_n))
 
     h = f.full_like(x, _HALF_EPS)  # the zeroth partial denominator is 0, below "small"
-    state = [f.b.const(np.float32(1.0)), f.b.const(np.bool_(True)), h, f.full_like(x, 0.0), h]
+    # loop state is float only (the "some element has not converged" flag is 0/1 too)
+    state = [f.b.const(np.float32(1.0)), f.b.const(np.float32(1.0)), h, f.full_like(x, 0.0), h]
 
     def body(s):
         it, _, c, d, h = s
@@ -253,11 +254,11 @@ def _betainc_fraction(f, a, b, x):
         d = f.add(f.mul(num, d), 1.0)
         d = f.div(1.0, f.select(f.lt(f.abs(d), _HALF_EPS), _HALF_EPS, d))
         delta = f.mul(c, d)
-        unconverged = any_true(f, _mask(f, f.ge(f.abs(f.sub(delta, 1.0)), _HALF_EPS)))
+        unconverged = max_of(f, _mask(f, f.ge(f.abs(f.sub(delta, 1.0)), _HALF_EPS)))
         return [f.add(it, 1.0), unconverged, c, d, f.mul(h, delta)]
 
     def cond(s):
-        return f.and_(f.lt(s[0], _BETA_STEPS), s[1])
+        return f.and_(f.lt(s[0], _BETA_STEPS), f.gt(s[1], 0))
 
     return while_loop(f.b, state, cond, body)[4]
 
