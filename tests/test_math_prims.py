@@ -327,6 +327,12 @@ def test_nextafter_refuses_an_fp16_program_of_float32():
     with pytest.raises(rlxjax.UnsupportedPrimitiveError, match="nextafter.*precision='fp32'"):
         rlxjax.coreml_jit(lambda a, b: lax.nextafter(a, b), backend="reference",
                           precision="fp16")(x, x)
+    with pytest.raises(rlxjax.UnsupportedPrimitiveError, match="nextafter"):  # constants too
+        rlxjax.coreml_jit(lambda: lax.nextafter(jnp.float32(1), jnp.float32(2)),
+                          backend="reference", precision="fp16")()
+    got = rlxjax.coreml_jit(lambda: lax.nextafter(jnp.float16(1), jnp.float16(2)),
+                            backend="reference", precision="fp16")()
+    assert got == np.nextafter(np.float16(1), np.float16(2))
 
 
 # -- gradients against jax.grad ------------------------------------------------------------
