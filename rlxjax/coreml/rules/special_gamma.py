@@ -1,12 +1,12 @@
 """Lowering: lgamma, digamma, and the Hurwitz zeta / polygamma functions digamma's
 derivative reaches, composed from MIL ops in fp32 (mathlib.upcast).
 
-lgamma (x > 0): brought to t in [-0.5, 0.5) by exact shifts, lgamma(2 + t) = t·P(t) and
-lgamma(1 + t) = t·P(t) - log1p(t) (P fitted by tools/fit_gamma.py), so both roots (x = 1,
-2) keep their relative accuracy; x in [2.5, 8) steps down to [1.5, 2.5) and adds the log of
-the product of the steps; x >= 8 is Stirling's series to 1/x^5. x <= 0: the reflection
-lgamma(x) = log(pi) - log|sin(pi·x)| - lgamma(1 - x), with |sin(pi·x)| taken at the exact
-distance of x to the nearest integer.
+lgamma (x > 0): lgamma(2 + t) = t·P(t) for t = x - 2 in [-0.75, 0.5), x in [2.5, 8) first
+stepping down into [1.5, 2.5) (exact) and adding the log of the product of the steps;
+lgamma(1 + t) = t·R(t) on x in [0.75, 1.25); below, lgamma(x + 1) - log x (P and R fitted by
+tools/fit_gamma.py), so both roots (x = 1, 2) keep their relative accuracy; x >= 8 is
+Stirling's series to 1/x^5. x <= 0: the reflection lgamma(x) = log(pi) - log|sin(pi·x)| -
+lgamma(1 - x), with |sin(pi·x)| taken at the exact distance of x to the nearest integer.
 
 digamma (x > 0): on [1, 2], (x - x0)·Q(x - 1.5) with x0 the positive root (Q fitted by
 tools/fit_gamma.py); [2, 8) steps down to [1, 2) adding 1/(z + k); (0, 1) steps up
@@ -14,7 +14,7 @@ tools/fit_gamma.py); [2, 8) steps down to [1, 2) adding 1/(z + k); (0, 1) steps 
 digamma(1 - x) - pi/tan(pi·r), r = x minus its nearest integer (exact). NaN at the poles
 (0 and the negative integers), as JAX.
 
-zeta(s, q) and polygamma(m, x) follow JAX's (CHLO's) own algorithm: nine terms of the sum,
+zeta(s, q) and polygamma(m, x) follow JAX's (CHLO's) own algorithm: ten terms of the sum,
 then the Euler-Maclaurin tail with twelve Bernoulli terms at q + 10; polygamma(m, x) =
 (-1)^(m+1)·m!·zeta(m + 1, x). Accurate for q > -7; like JAX, off for q far below zero
 (docs/numerics.md). Accuracies against float64: docs/numerics.md ("Elementwise math").
