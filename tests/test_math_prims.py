@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import scipy.special as sp
 from hypothesis import given, settings, strategies as st
-from hypothesis.extra import numpy as hnp
 from jax import lax
 
 import rlxjax

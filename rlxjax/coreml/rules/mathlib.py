@@ -24,10 +24,6 @@ class Fx:
     def __init__(self, b, dtype: DType):
         self.b, self.e, self.dt = b, Ew(b), dtype
 
-    @property
-    def finfo(self):
-        return np.finfo(self.dt.np)
-
     def c(self, v) -> np.ndarray:
         return np.asarray(v, dtype=self.dt.np)
 

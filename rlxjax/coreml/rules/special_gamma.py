@@ -176,8 +176,10 @@ def zeta(f, s, q):
         nested = f.mul(f.mul(rising, inv_a2), inner)
     tail = f.mul(a_pow, f.add(f.mul(f.div(s, a), f.add(nested, _ZETA_TAIL[0])), 0.5))
     out = f.add(f.add(total, f.div(f.mul(a_pow, a), f.sub(s, 1.0))), tail)
-    out = f.select(f.lt(f.abs(a_pow), f.mul(f.abs(total), float(np.finfo(f.dt.np).smallest_subnormal))),
-                   total, out)
+    # the tail is below the sum's last bit: the sum itself (as JAX)
+    tiny = float(np.finfo(np.float32).smallest_subnormal)
+    negligible = f.lt(f.abs(a_pow), f.mul(f.abs(total), tiny))
+    out = f.select(negligible, total, out)
     # the domain, as JAX: s < 1 NaN, s = 1 inf; q <= 0 needs an integer s; at a pole
     # (q a non-positive integer) inf for an even s, NaN for an odd one
     s_int = f.eq(s, f.floor(s))

@@ -142,8 +142,8 @@ def _prefix(f, a, x):
     r2 = f.mul(r, r)
     stirling = f.mul(r, f.horner((1.0 / 1260.0, -1.0 / 360.0, 1.0 / 12.0), r2))
     u = f.div(f.sub(x, a), a)
-    large = f.sub(f.add(f.mul(a, _log1pmx(f, u, f.div(x, a))), f.mul(f.log(f.mul(a, 1.0 / (2.0 * math.pi))),
-                                                          0.5)), stirling)
+    half_log = f.mul(f.log(f.mul(a, 1.0 / (2.0 * math.pi))), 0.5)
+    large = f.sub(f.add(f.mul(a, _log1pmx(f, u, f.div(x, a))), half_log), stirling)
     ax = f.select(f.and_(f.ge(a, 10.0), f.lt(a, np.inf)), large, plain)
     return f.exp(ax), f.lt(ax, -_LOG_MAX)
 
