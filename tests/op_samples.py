@@ -7,6 +7,7 @@ import numpy as np
 
 from rlxjax.ir import DType, Graph, TensorType
 from rlxjax.ir.ops import ARITH_BINARY, COMPARE, FLOAT_UNARY, LOGIC_BINARY, NUMERIC_UNARY
+from rlxjax.ir.special import SPECIAL_BINARY, SPECIAL_TERNARY, SPECIAL_UNARY
 
 F32, I32, BOOL = DType.f32, DType.i32, DType.bool
 
@@ -83,7 +84,12 @@ _OTHER = {
     "dynamic_update_slice": ([_t(3, 4), _t(2, 2), _t(dtype=I32), _t(dtype=I32)], {}),
     "bernoulli": ([], {"shape": (2, 3), "dtype": F32, "prob": 0.5, "seed": 0}),
 }
-SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER}
+_SPECIAL = {
+    **{n: ([_t(2, 3)], {}) for n in SPECIAL_UNARY},
+    **{n: ([_t(2, 3), _t(1, 3)], {}) for n in SPECIAL_BINARY},
+    **{n: ([_t(2, 3), _t(1, 3), _t(2, 1)], {}) for n in SPECIAL_TERNARY},
+}
+SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER, **_SPECIAL}
 
 
 def _region(name, in_types, body):

@@ -145,6 +145,17 @@ EXAMPLES = {
                (F,)),
 }
 
+# the elementwise math of rlxjax/ir/special.py (the table records ops; values do not matter)
+EXAMPLES.update({
+    **{n: _bind(n, F) for n in ("tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+                                "atanh", "cbrt", "erf_inv", "bessel_i0e", "bessel_i1e")},
+    **{n: _bind(n, G) for n in ("acosh", "lgamma", "digamma")},
+    **{n: _bind(n, G, F) for n in ("atan2", "nextafter")},
+    **{n: _bind(n, G, G) for n in ("igamma", "igammac", "igamma_grad_a", "zeta")},
+    "polygamma": (lambda x: lax.polygamma(np.float32(1), x), (G,)),
+    "regularized_incomplete_beta": (lambda a, x: lax.betainc(a, a, x), (G, F)),
+})
+
 #: control primitives whose reverse-mode derivative is refused (as JAX refuses it)
 NO_REVERSE_MODE = {"while": "no (reverse mode through while_loop, as in JAX)"}
 
