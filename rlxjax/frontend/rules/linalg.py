@@ -1,0 +1,111 @@
+"""Frontend rules: linear algebra (jax.lax.linalg and lax.custom_linear_solve).
+
+cholesky, triangular_solve, lu and tridiagonal_solve become the linalg RLX ops
+(ir/linalg.py). ``custom_linear_solve`` runs its ``solve`` jaxpr forward, as JAX's own
+implementation does, inside a ``custom_vjp`` node whose rule is the primitive itself, so
+its gradient is JAX's: implicit differentiation through ``transpose_solve`` (and through
+``matvec`` for the operator's parameters), built by JAX when a gradient is asked for.
+
+The decompositions Core ML has no way to compute exactly in a fixed number of steps
+(eigen- and singular-value decompositions: iterative, data-dependent convergence) raise
+``UnsupportedPrimitiveError`` saying so, with the user's line.
+"""
+from __future__ import annotations
+
+from ...ir import Graph
+from ..registry import rule
+from .control import _inline, _is_float, _types
+
+
+def _real(ctx, eqn, *values):
+    for v in values:
+        if not v.dtype.is_float:
+            raise ctx.unsupported(f"operand of type {v.type} (rlxjax lowers real float "
+                                  "matrices only)")
+
+
+@rule("cholesky")
+def _cholesky(ctx, eqn, a):
+    _real(ctx, eqn, a)
+    return ctx.add("cholesky", a)
+
+
+@rule("triangular_solve")
+def _triangular_solve(ctx, eqn, a, b):
+    _real(ctx, eqn, a, b)
+    p = eqn.params  # conjugate_a changes nothing for real matrices
+    return ctx.add("triangular_solve", a, b, left_side=bool(p["left_side"]),
+                   lower=bool(p["lower"]), transpose_a=bool(p["transpose_a"]),
+                   unit_diagonal=bool(p["unit_diagonal"]))
+
+
+@rule("lu")
+def _lu(ctx, eqn, a):
+    _real(ctx, eqn, a)
+    return ctx.add_multi("lu", [a])
+
+
+@rule("tridiagonal_solve")
+def _tridiagonal_solve(ctx, eqn, dl, d, du, b):
+    _real(ctx, eqn, dl, d, du, b)
+    if eqn.params.get("perturb_singular"):
+        raise ctx.unsupported("perturb_singular=True (LAPACK's perturbed gtsv); rlxjax "
+                              "solves with perturb_singular=False only")
+    return ctx.add("tridiagonal_solve", dl, d, du, b)
+
+
+@rule("custom_linear_solve")
+def _custom_linear_solve(ctx, eqn, *args):
+    p = eqn.params
+    lengths, solve = p["const_lengths"], p["jaxprs"].solve
+    start = lengths.matvec + lengths.vecmat
+    n_consts = sum(lengths)
+
+    def forward(sub, xs):  # JAX's impl: solve(*solve_consts, *b)
+        return _inline(sub, solve, list(xs[start:start + lengths.solve]) + list(xs[n_consts:]))
+
+    floats = [v.dtype.is_float for v in args]
+    outs_float = [_is_float(v.aval.dtype) for v in eqn.outvars]
+    if ctx.custom_rules is None or not any(floats) or not any(outs_float):
+        return forward(ctx, args)
+    g = Graph("primal")
+    sub = type(ctx)(g, ctx.custom_rules)
+    sub.source, sub.primitive = ctx.source, ctx.primitive
+    ins = [g.add_input(f"in{i}", t) for i, t in enumerate(_types(args))]
+    for i, v in enumerate(forward(sub, ins)):
+        g.add_output(f"out{i}", v)
+    rule_id = ctx.custom_rules.add(ctx.source, eqn, _types(args), floats, outs_float)
+    return ctx.add_multi("custom_vjp", args, primal=g, rule=rule_id,
+                         name="custom_linear_solve")
+
+
+_NO_EIGEN = ("Core ML has no {what}, and rlxjax does not lower one: the iterative "
+             "algorithms it takes converge in a data-dependent number of steps, which a "
+             "fixed program could only approximate. Compute it outside the compiled "
+             "function (e.g. with numpy or jax on the CPU) and pass the result in")
+_UNSUPPORTED = {
+    "eigh": _NO_EIGEN.format(what="symmetric eigendecomposition (eigh)"),
+    "eig": _NO_EIGEN.format(what="eigendecomposition (eig)"),
+    "svd": _NO_EIGEN.format(what="singular value decomposition (svd)"),
+    "schur": _NO_EIGEN.format(what="Schur decomposition"),
+    "qr": ("Core ML has no QR decomposition and rlxjax does not lower one yet; for a "
+           "least-squares or orthogonalization step, use cholesky of AᵀA with "
+           "triangular_solve (both supported), or compute the QR outside the compiled "
+           "function and pass it in"),
+    "geqrf": "Core ML has no Householder QR (geqrf); see 'qr'",
+    "geqp3": "Core ML has no pivoted Householder QR (geqp3); see 'qr'",
+    "householder_product": "Core ML has no Householder product (orgqr); see 'qr'",
+    "hessenberg": _NO_EIGEN.format(what="Hessenberg reduction"),
+    "tridiagonal": _NO_EIGEN.format(what="tridiagonal reduction (sytrd)"),
+}
+
+
+def _refuse(detail):
+    def fn(ctx, eqn, *args):
+        raise ctx.unsupported(detail)
+
+    return fn
+
+
+for _name, _detail in _UNSUPPORTED.items():
+    rule(_name)(_refuse(_detail))

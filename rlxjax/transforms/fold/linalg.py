@@ -1,0 +1,124 @@
+"""Fold: the linalg family, in the operand's dtype, by the same loops and the same
+arithmetic as the lowering (coreml/rules/linalg.py) computes them."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.ops import register_impl
+
+
+def _tri(n, lower, k):
+    ones = np.ones((n, n), bool)
+    return np.tril(ones, k) if lower else np.triu(ones, k)
+
+
+@register_impl("fold", "cholesky")
+def cholesky(p, a):
+    n = a.shape[-1]
+    zero = np.zeros((), a.dtype)
+    L = np.zeros_like(a)
+    ok = np.ones(a.shape[:-2] + (1, 1), bool)
+    ids = np.arange(n).reshape(n, 1)
+    for j in range(n):
+        v = a[..., :, j:j + 1] - np.matmul(L, np.swapaxes(L[..., j:j + 1, :], -1, -2))
+        pivot = v[..., j:j + 1, :]
+        d = np.sqrt(pivot)
+        col = np.where(ids >= j, np.where(ids == j, d, v / d), zero)
+        L[..., :, j:j + 1] = col
+        ok = ok & (pivot > zero)
+    out = np.where(_tri(n, False, 1), a, L)
+    return np.where(ok, out, np.asarray(np.nan, a.dtype)).astype(a.dtype)
+
+
+def substitute(m, rhs, lower, unit, diag):
+    n = m.shape[-1]
+    x = np.zeros_like(rhs)
+    for t in range(n):
+        i = t if lower else n - 1 - t
+        xi = rhs[..., i:i + 1, :] - np.matmul(m[..., i:i + 1, :], x)
+        if not unit:
+            xi = xi / diag[..., i:i + 1, :]
+        x[..., i:i + 1, :] = xi
+    return x
+
+
+@register_impl("fold", "triangular_solve")
+def triangular_solve(p, a, b):
+    n = a.shape[-1]
+    zero = np.zeros((), a.dtype)
+    strict = np.where(_tri(n, p["lower"], -1 if p["lower"] else 1), a, zero)
+    diag = None
+    if not p["unit_diagonal"]:
+        diag = np.sum(np.where(np.eye(n, dtype=bool), a, zero), axis=-1, keepdims=True)
+    flip = p["transpose_a"] != (not p["left_side"])
+    m = np.swapaxes(strict, -1, -2) if flip else strict
+    rhs = b if p["left_side"] else np.swapaxes(b, -1, -2)
+    x = substitute(m, rhs, p["lower"] != flip, p["unit_diagonal"], diag)
+    return np.ascontiguousarray(x if p["left_side"] else np.swapaxes(x, -1, -2))
+
+
+@register_impl("fold", "lu")
+def lu(p, a):
+    x = np.array(a)
+    m, n = a.shape[-2:]
+    k, batch = min(m, n), a.shape[:-2]
+    dt = a.dtype.type
+    perm = np.broadcast_to(np.arange(m, dtype=np.int32).reshape(m, 1), batch + (m, 1)).copy()
+    pivots = np.zeros(batch + (k,), np.int32)
+    rows = np.arange(m).reshape(m, 1)
+    for j in range(k):
+        mag = np.where(rows >= j, np.abs(x[..., :, j:j + 1]), dt(-1))
+        piv = np.argmax(mag, axis=-2)[..., 0]            # batch
+        for arr in (x, perm):
+            at_j = arr[..., j, :].copy()
+            at_p = np.take_along_axis(arr, piv[..., None, None], axis=-2)[..., 0, :]
+            arr[..., j, :] = at_p
+            np.put_along_axis(arr, piv[..., None, None],
+                              np.where(piv[..., None] == j, at_p, at_j)[..., None, :], axis=-2)
+        pivots[..., j] = piv
+        pivot = x[..., j:j + 1, j:j + 1]
+        col = x[..., :, j:j + 1]
+        with np.errstate(all="ignore"):
+            scaled = np.where(np.abs(pivot) >= np.finfo(a.dtype).tiny,
+                              col * (dt(1) / pivot), col / pivot)
+        scaled = np.where(pivot == 0, col, scaled)
+        lcol = np.where(rows > j, scaled, dt(0))
+        urow = np.where(np.arange(n) > j, x[..., j:j + 1, :], dt(0))
+        x = (x - lcol * urow).astype(a.dtype)
+        x[..., :, j:j + 1] = np.where(rows > j, lcol, x[..., :, j:j + 1])
+    return x, pivots, perm[..., 0]
+
+
+@register_impl("fold", "tridiagonal_solve")
+def tridiagonal_solve(p, dl, d, du, b):
+    n = b.shape[-2]
+    dt = b.dtype.type
+    dl, d, du = (v[..., None] for v in (dl, d, du))
+    du = np.where(np.arange(n).reshape(n, 1) < n - 1, du, dt(0))
+    u0, u1, u2, y = (np.zeros_like(d), np.zeros_like(d), np.zeros_like(d), np.zeros_like(b))
+    cur_d, cur_du, cur_b = d[..., 0:1, :], du[..., 0:1, :], b[..., 0:1, :]
+    ok = np.ones(b.shape[:-2] + (1, 1), bool)
+    with np.errstate(all="ignore"):
+        for i in range(n - 1):
+            low, d_n, du_n, b_n = (v[..., i + 1:i + 2, :] for v in (dl, d, du, b))
+            keep = np.abs(cur_d) >= np.abs(low)
+            fact = np.where(keep, low / cur_d, cur_d / low)
+            u0[..., i:i + 1, :] = np.where(keep, cur_d, low)
+            u1[..., i:i + 1, :] = np.where(keep, cur_du, d_n)
+            u2[..., i:i + 1, :] = np.where(keep, dt(0), du_n)
+            y[..., i:i + 1, :] = np.where(keep, cur_b, b_n)
+            new_d = np.where(keep, d_n - fact * cur_du, cur_du - fact * d_n)
+            new_du = np.where(keep, du_n, (fact * dt(-1)) * du_n)
+            new_b = np.where(keep, b_n - fact * cur_b, cur_b - fact * b_n)
+            ok = ok & ~(keep & (cur_d == 0))
+            cur_d, cur_du, cur_b = new_d, new_du, new_b
+        u0[..., n - 1:, :], y[..., n - 1:, :] = cur_d, cur_b
+        ok = ok & (cur_d != 0)
+        x = np.zeros_like(b)
+        x1 = x2 = np.zeros_like(b[..., :1, :])
+        for i in range(n - 1, -1, -1):
+            r = y[..., i:i + 1, :] - u1[..., i:i + 1, :] * x1
+            xi = (r - u2[..., i:i + 1, :] * x2) / u0[..., i:i + 1, :]
+            x[..., i:i + 1, :] = xi
+            x1, x2 = xi, x1
+    return np.where(ok, x, dt(np.nan)).astype(b.dtype)
