@@ -6,7 +6,8 @@ dims (any leading dims are a batch), with the semantics of JAX's primitives on X
   read from ``a``'s lower triangle only; the strictly upper triangle of the result is
   ``a``'s own (LAPACK ``potrf`` works in place, and JAX's primitive returns that buffer;
   ``jnp.linalg.cholesky`` masks it). A batch element that is not positive definite (a
-  pivot ``<= 0`` or NaN) is all NaN, as JAX makes it.
+  pivot ``<= 0``) is all NaN, as JAX makes it; a NaN pivot is not a failure (the LAPACK
+  JAX calls does not test for it) and propagates.
 - ``triangular_solve`` [a, b]: ``op(a) x = b`` (``left_side``) or ``x op(a) = b``, with
   ``op(a) = aᵀ`` when ``transpose_a``; only the ``lower`` (or upper) triangle of ``a`` is
   read, and its diagonal is taken as ones when ``unit_diagonal``.

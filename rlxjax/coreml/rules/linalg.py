@@ -11,7 +11,7 @@ the whole factorization O(n³) as in LAPACK.
 
 - ``cholesky``: left-looking (Crout / Cholesky–Banachiewicz by columns):
   ``v = a[:, j] − L·L[j, :]ᵀ``, ``L[j, j] = sqrt(v[j])``, ``L[i>j, j] = v[i] / L[j, j]``;
-  the result keeps ``a``'s strict upper triangle and is NaN where a pivot was not > 0.
+  the result keeps ``a``'s strict upper triangle and is NaN where a pivot was <= 0.
 - ``triangular_solve``: forward (lower) or backward (upper) substitution on the effective
   left-side system; ``x op(a) = b`` is solved as ``op(a)ᵀ xᵀ = bᵀ``.
 - ``lu``: right-looking Gaussian elimination with partial pivoting (the first row of
@@ -36,10 +36,11 @@ def _iota(n: int, axis: int) -> np.ndarray:
     return np.arange(n, dtype=np.int32).reshape((n, 1) if axis == -2 else (1, n))
 
 
-def _tri_mask(n: int, lower: bool, k: int) -> np.ndarray:
-    """numpy's tril(k) (lower) / triu(k) of an n x n matrix of ones, as a bool mask."""
-    ones = np.ones((n, n), bool)
-    return np.tril(ones, k) if lower else np.triu(ones, k)
+def _tri_mask(b, n: int, lower: bool, k: int):
+    """numpy's tril(k) (lower) / triu(k) of an n x n matrix of ones, as a bool mask,
+    computed from two iotas (an n x n bool constant would be stored element by element)."""
+    return b.op("less_equal" if lower else "greater_equal", TensorType((n, n), DType.bool),
+                x=_iota(n, -1), y=_iota(n, -2) + np.int32(k))
 
 
 def _at(b, x, axis: int, i, size: int = 1):
@@ -96,11 +97,12 @@ def _cholesky(ctx, node, a):
         col = e.select(e.compare("equal", col_ids, j), d, e.binary("real_div", v, d))
         col = e.select(e.compare("greater_equal", col_ids, j), col, zero)
         L = e.select(e.compare("equal", row_ids, j), col, L)
-        return L, e.binary("logical_and", ok, e.compare("greater", pivot, zero), DType.bool)
+        bad = e.compare("less_equal", pivot, zero)  # a NaN pivot is not caught, as in potrf
+        return L, e.binary("logical_and", ok, b.op("logical_not", bad.type, x=bad), DType.bool)
 
     ok0 = b.const(np.ones(batch + (1, 1), bool))
     L, ok = _loop(b, n, [b.full(t, 0), ok0], step)
-    out = e.select(_tri_mask(n, False, 1), a, L)      # a's strict upper triangle, as potrf
+    out = e.select(_tri_mask(b, n, False, 1), a, L)      # a's strict upper triangle, as potrf
     return e.select(ok, out, np.asarray(np.nan, t.dtype.np))
 
 
@@ -128,10 +130,11 @@ def _triangular_solve(ctx, node, a, rhs):
     n = a.shape[-1]
     zero = np.asarray(0, a.dtype.np)
     # The triangle a is read from, without its diagonal, and the diagonal apart.
-    strict = e.select(_tri_mask(n, p["lower"], -1 if p["lower"] else 1), a, zero)
+    strict = e.select(_tri_mask(b, n, p["lower"], -1 if p["lower"] else 1), a, zero)
     diag = None
     if not p["unit_diagonal"]:
-        on_diag = e.select(np.eye(n, dtype=bool), a, zero)
+        on_diag = e.select(_tri_mask(b, n, True, 0), e.select(_tri_mask(b, n, False, 0), a,
+                                                                zero), zero)
         shape = tuple(a.shape[:-1]) + (1,)
         diag = b.op("reduce_sum", TensorType(shape, a.dtype), x=on_diag,
                     axes=np.asarray([-1], np.int32), keep_dims=True)

@@ -25,7 +25,7 @@ def cholesky(p, a):
         d = np.sqrt(pivot)
         col = np.where(ids >= j, np.where(ids == j, d, v / d), zero)
         L[..., :, j:j + 1] = col
-        ok = ok & (pivot > zero)
+        ok = ok & ~(pivot <= zero)
     out = np.where(_tri(n, False, 1), a, L)
     return np.where(ok, out, np.asarray(np.nan, a.dtype)).astype(a.dtype)
 

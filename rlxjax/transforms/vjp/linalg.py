@@ -30,15 +30,15 @@ def _mm(ctx, x, y):
     return ctx.add("dot_general", x, y, contract=((r - 1,), (r - 2,)), batch=(batch, batch))
 
 
-def _keep(ctx, x, mask: np.ndarray):
-    """x where ``mask`` (a constant over the trailing two dims) holds, else 0 (a select,
-    as JAX's tril/triu: a NaN outside the mask does not leak)."""
-    return ctx.add("select", ctx.constant(mask), ctx.scalar(0.0, x), x)
-
-
-def _tri(shape, lower: bool, k: int) -> np.ndarray:
-    ones = np.ones(shape, bool)
-    return np.tril(ones, k) if lower else np.triu(ones, k)
+def _keep(ctx, x, lower: bool, k: int):
+    """numpy's tril(x, k) (lower) or triu(x, k) over the trailing two dims: a select, as
+    JAX's tril/triu, so a NaN outside does not leak. The mask compares two iotas (folded
+    to a constant when small)."""
+    m, n = x.shape[-2:]
+    rows = ctx.constant(np.arange(m, dtype=np.int32).reshape(m, 1) + np.int32(k))
+    cols = ctx.constant(np.arange(n, dtype=np.int32).reshape(1, n))
+    mask = ctx.add("le" if lower else "ge", cols, rows)
+    return ctx.add("select", mask, ctx.scalar(0.0, x), x)
 
 
 def _solve(ctx, a, x, *, left_side, lower, transpose_a, unit_diagonal=False):
@@ -49,8 +49,8 @@ def _solve(ctx, a, x, *, left_side, lower, transpose_a, unit_diagonal=False):
 @vjp_rule("cholesky")
 def _cholesky(ctx, node, cts, needs):
     (ct,), n = cts, node.outputs[0].shape[-1]
-    L = _keep(ctx, node.outputs[0], _tri((n, n), True, 0))
-    p = _keep(ctx, _mm(ctx, _mT(ctx, L), ct), _tri((n, n), True, 0))
+    L = _keep(ctx, node.outputs[0], True, 0)
+    p = _keep(ctx, _mm(ctx, _mT(ctx, L), ct), True, 0)
     p = ctx.add("div", p, ctx.constant((1 + np.eye(n)).astype(L.dtype.np)))
     z = _solve(ctx, L, p, left_side=True, lower=True, transpose_a=True)
     return [_solve(ctx, L, z, left_side=False, lower=True, transpose_a=False)]
@@ -77,8 +77,7 @@ def _triangular_solve(ctx, node, cts, needs):
             g = _mm(ctx, _mT(ctx, x), c) if first else inv_t(_mm(ctx, _mT(ctx, x), ct))
         g = _mT(ctx, g) if p["transpose_a"] else g
         k = 1 if p["unit_diagonal"] else 0
-        mask = _tri(tuple(a.shape[-2:]), p["lower"], -k if p["lower"] else k)
-        out[0] = ctx.add("neg", _keep(ctx, g, mask))
+        out[0] = ctx.add("neg", _keep(ctx, g, p["lower"], -k if p["lower"] else k))
     return out
 
 
@@ -106,14 +105,14 @@ def _lu(ctx, node, cts, needs):
     m, n = lu.shape[-2:]
     k, batch = min(m, n), tuple(lu.shape[:-2])
     dt = lu.dtype.np
-    l_part = _keep(ctx, _slice_last2(ctx, lu, m, k), _tri((m, k), True, -1))
+    l_part = _keep(ctx, _slice_last2(ctx, lu, m, k), True, -1)
     l_mat = ctx.add("add", _pad_last2(ctx, l_part, 0, m - k), ctx.constant(np.eye(m, dtype=dt)))
-    u_part = _keep(ctx, _slice_last2(ctx, lu, k, n), _tri((k, n), False, 0))
+    u_part = _keep(ctx, _slice_last2(ctx, lu, k, n), False, 0)
     u_eye = np.zeros((n, n), dt)
     u_eye[k:, k:] = np.eye(n - k, dtype=dt)
     u_mat = ctx.add("add", _pad_last2(ctx, u_part, n - k, 0), ctx.constant(u_eye))
-    lau = ctx.add("add", _keep(ctx, _mm(ctx, _mT(ctx, l_mat), ct), _tri((m, n), True, -1)),
-                  _keep(ctx, _mm(ctx, ct, _mT(ctx, u_mat)), _tri((m, n), False, 0)))
+    lau = ctx.add("add", _keep(ctx, _mm(ctx, _mT(ctx, l_mat), ct), True, -1),
+                  _keep(ctx, _mm(ctx, ct, _mT(ctx, u_mat)), False, 0))
     la = _solve(ctx, u_mat, lau, left_side=False, lower=False, transpose_a=True)
     xbar = _solve(ctx, l_mat, la, left_side=True, lower=True, transpose_a=True,
                   unit_diagonal=True)
