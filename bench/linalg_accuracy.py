@@ -7,7 +7,7 @@ median over 4 batch elements); the reference is the same function of the same fl
 inputs evaluated in float64 (numpy / scipy, and JAX with x64 for gradients). Matrices:
 ``spd``: ``G Gᵀ + n I`` (G standard normal; the well-conditioned kind the tests use);
 ``ill``: ``Q diag(logspace(0, -4)) Qᵀ`` (condition number 1e4); ``gen``: standard normal
-(``lu``, ``solve``: partial pivoting); tridiagonal: standard normal diagonals.
+(``lu``, ``solve``: partial pivoting; ``qr``); tridiagonal: standard normal diagonals.
 """
 from __future__ import annotations
 
@@ -79,6 +79,9 @@ def cases(n, rng):
     lu_fn = lambda a: lax.linalg.lu(a)[0]  # noqa: E731
     ref = np.stack([sl.lu_factor(a.astype(np.float64))[0] for a in gen])
     yield "lu (gen)", both(lu_fn, gen), ref
+    q64, r64 = np.linalg.qr(gen.astype(np.float64))  # LAPACK's signs, as rlxjax's
+    yield "qr: q (gen)", both(lambda a: jnp.linalg.qr(a)[0], gen), q64
+    yield "qr: r (gen)", both(lambda a: jnp.linalg.qr(a)[1], gen), r64
     d = [rng.standard_normal((BATCH, n)).astype(np.float32) for _ in range(3)]
     d[0][:, 0] = d[2][:, -1] = 0
     dense = np.stack([np.diag(d[1][i].astype(np.float64)) + np.diag(d[0][i, 1:], -1)

@@ -1,8 +1,8 @@
-"""Linear algebra: cholesky, triangular_solve, lu, tridiagonal_solve and custom_linear_solve
-against jax.jit and jax.grad (reference backend, programs validated by coremltools'
+"""Linear algebra: cholesky, triangular_solve, lu, qr, tridiagonal_solve and
+custom_linear_solve against jax.jit and jax.grad (reference backend, programs validated by coremltools'
 loader), over sizes, batch dims and every flag; the documented accuracy against float64;
 the failure semantics JAX has on the CPU (NaN results); clear errors for the
-decompositions rlxjax does not lower (eigh, svd, qr, ...)."""
+decompositions rlxjax does not lower (eigh, svd, eig, pivoted qr)."""
 from __future__ import annotations
 
 import zlib
@@ -158,6 +158,24 @@ def test_solve_inv_slogdet_match_jax(n, k):
     _check_grad(lambda x: jnp.linalg.slogdet(x)[1], a, rng=rng)
 
 
+# -- qr -----------------------------------------------------------------------------------------
+@settings(max_examples=3, **SETTINGS)
+@given(m=st.integers(1, 5), n=st.integers(1, 5), batch=BATCH, full=st.booleans())
+def test_qr_matches_jax(m, n, batch, full):
+    """Householder QR with LAPACK's sign convention (R[j, j] = −sign(a[j, j])·norm), so Q
+    and R themselves agree with JAX's; the gradient is JAX's rule (wide and full cases)."""
+    rng = _rng("qr", m, n, batch, full)
+    a = rng.standard_normal(batch + (m, n)).astype(np.float32)
+    f = lambda x: lax.linalg.qr(x, full_matrices=full)  # noqa: E731
+    check_against_jax(f, a, rtol=1e-5, atol=1e-5)
+    _check_grad(f, a, rng=rng)
+
+
+def test_qr_of_a_matrix_with_a_zero_column_matches_jax():
+    a = np.array([[0, 1, 2], [0, 3, 4], [0, 5, 7]], np.float32)  # tau = 0 for the first step
+    check_against_jax(jnp.linalg.qr, a, rtol=1e-5, atol=1e-5)
+
+
 # -- tridiagonal_solve --------------------------------------------------------------------------
 @settings(max_examples=3, **SETTINGS)
 @given(n=st.integers(1, 7), k=st.integers(1, 3), batch=st.sampled_from([(), (2,)]))
@@ -280,7 +298,6 @@ def test_zero_size_operands_inside_a_program_fold_away():
 @pytest.mark.parametrize("name, fn", [
     ("eigh", lambda a: jnp.linalg.eigh(a)[0]),
     ("svd", lambda a: jnp.linalg.svd(a, compute_uv=False)),
-    ("qr", lambda a: jnp.linalg.qr(a)[1]),
     ("eig", lambda a: jnp.abs(jnp.linalg.eigvals(a))),
 ])
 def test_decompositions_rlxjax_does_not_lower_say_so_with_the_users_line(name, fn):
@@ -290,3 +307,9 @@ def test_decompositions_rlxjax_does_not_lower_say_so_with_the_users_line(name, f
     msg = str(e.value)
     assert e.value.primitive == name and f"'{name}'" in msg
     assert "test_linalg.py" in msg and "outside the compiled function" in msg
+
+
+def test_pivoted_qr_says_so():
+    with pytest.raises(UnsupportedPrimitiveError, match=r"'qr' at .*test_linalg.py.*pivoting"):
+        rlxjax.coreml_jit(lambda a: lax.linalg.qr(a, pivoting=True)[1],
+                          backend="reference")(np.eye(3, dtype=np.float32))

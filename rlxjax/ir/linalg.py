@@ -15,6 +15,9 @@ dims (any leading dims are a batch), with the semantics of JAX's primitives on X
   matrix (LAPACK ``getrf``): ``lu`` holds unit-lower ``L`` below the diagonal and ``U`` on
   and above it, ``pivots[i]`` (k = min(m, n) of them) the row swapped with row i at step
   i, ``permutation`` the resulting row order (``a[permutation] = L U``).
+- ``qr`` [a] -> (q, r): Householder QR (LAPACK ``geqrf`` then ``orgqr``: reflectors
+  ``I − τ v vᵀ`` with ``v[j] = 1`` and ``R[j, j] = −sign(a[j, j])·‖a[j:, j]‖``);
+  ``full_matrices``: q is m x m and r m x n, else m x k and k x n (k = min(m, n)).
 - ``tridiagonal_solve`` [dl, d, du, b]: ``A x = b`` for the tridiagonal ``A`` with sub-,
   main and super-diagonals ``dl`` (``dl[0]`` unused), ``d``, ``du`` (``du[-1]`` unused),
   by Gaussian elimination with partial pivoting (LAPACK ``gtsv``); a batch element whose
@@ -79,3 +82,12 @@ def _tridiagonal_solve(ts, p):
         _require(tuple(t.shape) == tuple(b.shape[:-1]),
                  f"tridiagonal_solve: {name} {t} must have b's shape {b} without its last dim")
     return [b]
+
+
+@defop("qr", "linalg", 1, params={"full_matrices": Param(BOOL)})
+def _qr(ts, p):
+    (a,) = ts
+    _float_matrix(a, "qr")
+    batch, (m, n) = tuple(a.shape[:-2]), tuple(a.shape[-2:])
+    rows = m if p["full_matrices"] else min(m, n)
+    return [a.with_shape(batch + (m, rows)), a.with_shape(batch + (rows, n))]

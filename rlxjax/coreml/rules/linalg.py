@@ -39,8 +39,10 @@ def _iota(n: int, axis: int) -> np.ndarray:
 def _tri_mask(b, n: int, lower: bool, k: int):
     """numpy's tril(k) (lower) / triu(k) of an n x n matrix of ones, as a bool mask,
     computed from two iotas (an n x n bool constant would be stored element by element)."""
-    return b.op("less_equal" if lower else "greater_equal", TensorType((n, n), DType.bool),
-                x=_iota(n, -1), y=_iota(n, -2) + np.int32(k))
+    t, cols, rows = TensorType((n, n), DType.bool), _iota(n, -1), _iota(n, -2) + np.int32(k)
+    if lower:
+        return b.op("less_equal", t, x=cols, y=rows)
+    return b.op("greater_equal", t, x=cols, y=rows)
 
 
 def _at(b, x, axis: int, i, size: int = 1):
@@ -259,3 +261,75 @@ def _tridiagonal_solve(ctx, node, dl, d, du, rhs):
     zero_row = b.full(cur_b.type, 0)
     x, _, _ = _loop(b, n, [zeros_y, zero_row, zero_row], back)
     return e.select(ok, x, np.asarray(np.nan, dt))
+
+
+def _reflector(b, x, j, m):
+    """The unit-leading Householder vector of column ``x`` [..., m, 1] at row ``j``
+    (LAPACK ``larfg``) -> (v with v[j] = 1 and zeros above, tau, the new x[j])."""
+    e = Ew(b)
+    dt = x.dtype.np
+    zero = np.asarray(0, dt)
+    rows = _iota(m, -2)
+    at, below = e.compare("equal", rows, j), e.compare("greater", rows, j)
+    tail = e.select(below, x, zero)
+    alpha = _at(b, x, -2, j)
+    shape = alpha.type
+    ss = b.op("reduce_sum", shape, x=e.binary("mul", tail, tail),
+              axes=np.asarray([-2], np.int32), keep_dims=True)
+    norm = e.unary("sqrt", e.binary("add", e.binary("mul", alpha, alpha), ss))
+    beta = e.select(e.compare("less", alpha, zero), norm, e.binary("mul", norm,
+                                                                  np.asarray(-1, dt)))
+    plain = e.compare("equal", ss, zero)  # nothing below the diagonal: H = I, tau = 0
+    tau = e.select(plain, zero, e.binary("real_div", e.binary("sub", beta, alpha), beta))
+    scale = e.binary("real_div", np.asarray(1, dt), e.binary("sub", alpha, beta))
+    v = e.select(at, np.asarray(1, dt), e.select(plain, zero, e.binary("mul", tail, scale)))
+    return v, tau, e.select(plain, alpha, beta)
+
+
+def _apply_reflector(b, v, tau, x, cols=None):
+    """(I − tau v vᵀ) x as LAPACK ``larf``: w = xᵀv, x − v·(tau·w); only columns where
+    ``cols`` holds (a [1, n] mask) when given."""
+    e = Ew(b)
+    w = b.op("matmul", TensorType(tuple(x.shape[:-2]) + (1, x.shape[-1]), x.dtype), x=v, y=x,
+             transpose_x=True, transpose_y=False)
+    out = e.binary("sub", x, e.binary("mul", v, e.binary("mul", tau, w)))
+    return out if cols is None else e.select(cols, out, x)
+
+
+@lowering("qr")
+def _qr(ctx, node, a):
+    b, e = ctx.b, Ew(ctx.b)
+    t = ctx.out_type(node, 1)
+    m, n = a.shape[-2:]
+    k, batch = min(m, n), tuple(a.shape[:-2])
+    rows, cols, steps = _iota(m, -2), _iota(n, -1), _iota(k, -1)
+    dt = a.dtype.np
+    zero = np.asarray(0, dt)
+
+    def factor(j, x, taus):
+        v, tau, diag = _reflector(b, _at(b, x, -1, j), j, m)
+        x = _apply_reflector(b, v, tau, x, e.compare("greater", cols, j))
+        col = e.select(e.compare("equal", rows, j), diag, v)  # v below the diagonal
+        x = e.select(e.compare("equal", cols, j), e.select(e.compare("less", rows, j),
+                                                           _at(b, x, -1, j), col), x)
+        return x, e.select(e.compare("equal", steps, j), tau, taus)
+
+    taus0 = b.full(TensorType(batch + (1, k), a.dtype), 0)
+    x, taus = _loop(b, k, [a, taus0], factor)
+    q_cols = ctx.out_type(node, 0).shape[-1]
+
+    def accumulate(s, q):  # Q = H_0 ... H_{k-1} I, applied from the last reflector on
+        i = b.op("sub", _I32, x=np.int32(k - 1), y=s)
+        col = _at(b, x, -1, i)
+        v = e.select(e.compare("equal", rows, i), np.asarray(1, dt),
+                     e.select(e.compare("greater", rows, i), col, zero))
+        return (_apply_reflector(b, v, _at(b, taus, -1, i), q),)
+
+    eye = np.broadcast_to(np.eye(m, q_cols, dtype=dt), batch + (m, q_cols))
+    (q,) = _loop(b, k, [b.const(np.ascontiguousarray(eye))], accumulate)
+    upper = b.op("greater_equal", TensorType((m, n), DType.bool), x=cols, y=rows)
+    r = e.select(upper, x, zero)
+    if t.shape[-2] != m:
+        r = b.op("slice_by_index", t, x=r, begin=np.zeros(len(t.shape), np.int32),
+                 end=np.asarray(t.shape, np.int32), stride=np.ones(len(t.shape), np.int32))
+    return q, r

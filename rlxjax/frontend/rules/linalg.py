@@ -1,10 +1,12 @@
 """Frontend rules: linear algebra (jax.lax.linalg and lax.custom_linear_solve).
 
-cholesky, triangular_solve, lu and tridiagonal_solve become the linalg RLX ops
+cholesky, triangular_solve, lu, qr and tridiagonal_solve become the linalg RLX ops
 (ir/linalg.py). ``custom_linear_solve`` runs its ``solve`` jaxpr forward, as JAX's own
 implementation does, inside a ``custom_vjp`` node whose rule is the primitive itself, so
 its gradient is JAX's: implicit differentiation through ``transpose_solve`` (and through
 ``matvec`` for the operator's parameters), built by JAX when a gradient is asked for.
+``qr`` is wrapped the same way: its gradient is JAX's rule (thin, wide and full-matrices
+cases alike).
 
 The decompositions Core ML has no way to compute exactly in a fixed number of steps
 (eigen- and singular-value decompositions: iterative, data-dependent convergence) raise
@@ -54,16 +56,10 @@ def _tridiagonal_solve(ctx, eqn, dl, d, du, b):
     return ctx.add("tridiagonal_solve", dl, d, du, b)
 
 
-@rule("custom_linear_solve")
-def _custom_linear_solve(ctx, eqn, *args):
-    p = eqn.params
-    lengths, solve = p["const_lengths"], p["jaxprs"].solve
-    start = lengths.matvec + lengths.vecmat
-    n_consts = sum(lengths)
-
-    def forward(sub, xs):  # JAX's impl: solve(*solve_consts, *b)
-        return _inline(sub, solve, list(xs[start:start + lengths.solve]) + list(xs[n_consts:]))
-
+def _with_jax_rule(ctx, eqn, args, forward):
+    """``forward(ctx, args)`` -> outputs, as a ``custom_vjp`` node whose rule is the
+    equation's primitive itself: differentiating it applies JAX's own derivative rule
+    (custom_rules.py builds the backward region from it on demand)."""
     floats = [v.dtype.is_float for v in args]
     outs_float = [_is_float(v.aval.dtype) for v in eqn.outvars]
     if ctx.custom_rules is None or not any(floats) or not any(outs_float):
@@ -75,8 +71,32 @@ def _custom_linear_solve(ctx, eqn, *args):
     for i, v in enumerate(forward(sub, ins)):
         g.add_output(f"out{i}", v)
     rule_id = ctx.custom_rules.add(ctx.source, eqn, _types(args), floats, outs_float)
-    return ctx.add_multi("custom_vjp", args, primal=g, rule=rule_id,
-                         name="custom_linear_solve")
+    return ctx.add_multi("custom_vjp", args, primal=g, rule=rule_id, name=eqn.primitive.name)
+
+
+@rule("custom_linear_solve")
+def _custom_linear_solve(ctx, eqn, *args):
+    p = eqn.params
+    lengths, solve = p["const_lengths"], p["jaxprs"].solve
+    start = lengths.matvec + lengths.vecmat
+    n_consts = sum(lengths)
+
+    def forward(sub, xs):  # JAX's impl: solve(*solve_consts, *b)
+        return _inline(sub, solve, list(xs[start:start + lengths.solve]) + list(xs[n_consts:]))
+
+    return _with_jax_rule(ctx, eqn, args, forward)
+
+
+@rule("qr")
+def _qr(ctx, eqn, a):
+    _real(ctx, eqn, a)
+    p = eqn.params
+    if p.get("pivoting"):
+        raise ctx.unsupported("pivoting=True (column-pivoted QR, LAPACK geqp3); rlxjax "
+                              "lowers the unpivoted QR only")
+    full = bool(p["full_matrices"])
+    return _with_jax_rule(ctx, eqn, [a],
+                          lambda sub, xs: sub.add_multi("qr", xs, full_matrices=full))
 
 
 _NO_EIGEN = ("Core ML has no {what}, and rlxjax does not lower one: the iterative "
@@ -88,13 +108,10 @@ _UNSUPPORTED = {
     "eig": _NO_EIGEN.format(what="eigendecomposition (eig)"),
     "svd": _NO_EIGEN.format(what="singular value decomposition (svd)"),
     "schur": _NO_EIGEN.format(what="Schur decomposition"),
-    "qr": ("Core ML has no QR decomposition and rlxjax does not lower one yet; for a "
-           "least-squares or orthogonalization step, use cholesky of AᵀA with "
-           "triangular_solve (both supported), or compute the QR outside the compiled "
-           "function and pass it in"),
-    "geqrf": "Core ML has no Householder QR (geqrf); see 'qr'",
-    "geqp3": "Core ML has no pivoted Householder QR (geqp3); see 'qr'",
-    "householder_product": "Core ML has no Householder product (orgqr); see 'qr'",
+    "geqrf": "rlxjax lowers the whole QR (lax.linalg.qr), not its LAPACK pieces (geqrf)",
+    "geqp3": "column-pivoted Householder QR (geqp3) is not lowered; use unpivoted lax.linalg.qr",
+    "householder_product": ("rlxjax lowers the whole QR (lax.linalg.qr), not its LAPACK "
+                            "pieces (orgqr)"),
     "hessenberg": _NO_EIGEN.format(what="Hessenberg reduction"),
     "tridiagonal": _NO_EIGEN.format(what="tridiagonal reduction (sytrd)"),
 }

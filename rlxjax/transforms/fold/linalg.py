@@ -122,3 +122,48 @@ def tridiagonal_solve(p, dl, d, du, b):
             x[..., i:i + 1, :] = xi
             x1, x2 = xi, x1
     return np.where(ok, x, dt(np.nan)).astype(b.dtype)
+
+
+def _reflector(x, j):
+    dt = x.dtype.type
+    m = x.shape[-2]
+    rows = np.arange(m).reshape(m, 1)
+    tail = np.where(rows > j, x, dt(0))
+    alpha = x[..., j:j + 1, :]
+    ss = np.sum(tail * tail, axis=-2, keepdims=True)
+    norm = np.sqrt(alpha * alpha + ss)
+    beta = np.where(alpha < 0, norm, norm * dt(-1))
+    plain = ss == 0
+    tau = np.where(plain, dt(0), (beta - alpha) / beta)
+    scale = dt(1) / (alpha - beta)
+    v = np.where(rows == j, dt(1), np.where(plain, dt(0), tail * scale))
+    return v, tau, np.where(plain, alpha, beta)
+
+
+def _apply_reflector(v, tau, x):
+    w = np.matmul(np.swapaxes(v, -1, -2), x)
+    return x - v * (tau * w)
+
+
+@register_impl("fold", "qr")
+def qr(p, a):
+    m, n = a.shape[-2:]
+    k, batch = min(m, n), a.shape[:-2]
+    dt = a.dtype.type
+    x = np.array(a)
+    taus = np.zeros(batch + (1, k), a.dtype)
+    with np.errstate(all="ignore"):
+        for j in range(k):
+            v, tau, diag = _reflector(x[..., :, j:j + 1], j)
+            x[..., :, j + 1:] = _apply_reflector(v, tau, x)[..., :, j + 1:]
+            x[..., j:, j:j + 1] = np.where(np.arange(m)[j:].reshape(-1, 1) == j, diag,
+                                           v[..., j:, :])
+            taus[..., :, j:j + 1] = tau
+        q_cols = m if p["full_matrices"] else k
+        q = np.broadcast_to(np.eye(m, q_cols, dtype=a.dtype), batch + (m, q_cols)).copy()
+        rows = np.arange(m).reshape(m, 1)
+        for i in range(k - 1, -1, -1):
+            v = np.where(rows == i, dt(1), np.where(rows > i, x[..., :, i:i + 1], dt(0)))
+            q = _apply_reflector(v, taus[..., :, i:i + 1], q)
+    r = np.where(np.arange(n).reshape(1, n) >= rows, x, dt(0))
+    return q.astype(a.dtype), np.ascontiguousarray(r[..., :q_cols, :])

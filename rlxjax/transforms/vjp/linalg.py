@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import vjp_rule
+from .registry import refuse_vjp, vjp_rule
 
 
 def _mT(ctx, x):
@@ -168,3 +168,9 @@ def _tridiagonal_solve(ctx, node, cts, needs):
         out[0] = ctx.zeros(dl.type) if needs[0] else None
         out[2] = ctx.zeros(du.type) if needs[2] else None
     return out
+
+
+# qr's gradient is JAX's own rule (thin, wide and full-matrices cases): the frontend wraps
+# every qr it may differentiate in a custom_vjp node whose rule is the primitive's.
+refuse_vjp("a qr node outside its custom_vjp wrapper is not differentiated (rlxjax takes "
+           "qr's gradient from JAX's rule, frontend/rules/linalg.py)", "qr")
