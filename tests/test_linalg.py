@@ -158,6 +158,16 @@ def test_solve_inv_slogdet_match_jax(n, k):
     _check_grad(lambda x: jnp.linalg.slogdet(x)[1], a, rng=rng)
 
 
+def test_lu_factor_lu_solve_and_pivots_to_permutation_match_jax():
+    rng = _rng("lu_solve")
+    a, b = rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    f = lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b)  # noqa: E731
+    check_against_jax(f, a, b, rtol=1e-5, atol=1e-5)
+    _check_grad(f, a, b, rng=rng)
+    pivots = np.array([[2, 2, 3], [0, 4, 2]], np.int32)
+    check_against_jax(lambda p: lax.linalg.lu_pivots_to_permutation(p, 5), pivots)
+
+
 # -- qr -----------------------------------------------------------------------------------------
 @settings(max_examples=3, **SETTINGS)
 @given(m=st.integers(1, 5), n=st.integers(1, 5), batch=BATCH, full=st.booleans())

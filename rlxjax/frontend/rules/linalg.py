@@ -14,6 +14,11 @@ The decompositions Core ML has no way to compute exactly in a fixed number of st
 """
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
 from ...ir import Graph
 from ..registry import rule
 from .control import _inline, _is_float, _types
@@ -54,6 +59,28 @@ def _tridiagonal_solve(ctx, eqn, dl, d, du, b):
         raise ctx.unsupported("perturb_singular=True (LAPACK's perturbed gtsv); rlxjax "
                               "solves with perturb_singular=False only")
     return ctx.add("tridiagonal_solve", dl, d, du, b)
+
+
+@rule("lu_pivots_to_permutation")
+def _lu_pivots_to_permutation(ctx, eqn, pivots):
+    """The row swaps applied in order to iota, by the loop XLA:CPU runs (JAX lowers the
+    primitive with its generic fori_loop there), written with public JAX and inlined."""
+    size = int(eqn.params["permutation_size"])
+    k = pivots.shape[-1]
+
+    def one(swaps):
+        def body(i, perm):
+            j = swaps[i]
+            x, y = perm[i], perm[j]
+            return perm.at[i].set(y).at[j].set(x)
+
+        return lax.fori_loop(0, k, body, jnp.arange(size, dtype=jnp.int32))
+
+    fn = one
+    for _ in range(pivots.type.rank - 1):
+        fn = jax.vmap(fn)
+    closed = jax.make_jaxpr(fn)(jax.ShapeDtypeStruct(tuple(pivots.shape), np.int32))
+    return _inline(ctx, closed, [pivots])
 
 
 def _with_jax_rule(ctx, eqn, args, forward):
