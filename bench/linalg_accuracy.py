@@ -50,6 +50,12 @@ def both(fn, *args):
     return rlxjax.coreml_jit(fn, backend="reference")(*args), jax.jit(fn)(*args)
 
 
+def both_grad(loss, *args):
+    """(rlxjax's coreml_grad, JAX float32's jax.grad) of loss."""
+    return (rlxjax.coreml_grad(loss, backend="reference")(*args),
+            jax.jit(jax.grad(loss))(*args))
+
+
 def x64(fn, *args):
     jax.config.update("jax_enable_x64", True)
     try:
@@ -73,8 +79,8 @@ def cases(n, rng):
         ref = np.stack([sl.solve_triangular(tril(l), bb, lower=True, trans=1)
                         for l, bb in zip(l32, b)])
         yield f"triangular_solve ({kind} factor)", both(solve_l, l32, b), ref
-        grad = jax.grad(lambda x: jnp.sum(chol(x) * w))
-        yield f"d cholesky ({kind})", both(grad, a), x64(grad, a)
+        loss = lambda x: jnp.sum(chol(x) * w)  # noqa: E731
+        yield f"d cholesky ({kind})", both_grad(loss, a), x64(jax.grad(loss), a)
     yield "solve (gen)", both(jnp.linalg.solve, gen, b), np.linalg.solve(gen.astype(np.float64), b)
     lu_fn = lambda a: lax.linalg.lu(a)[0]  # noqa: E731
     ref = np.stack([sl.lu_factor(a.astype(np.float64))[0] for a in gen])
@@ -82,6 +88,11 @@ def cases(n, rng):
     q64, r64 = np.linalg.qr(gen.astype(np.float64))  # LAPACK's signs, as rlxjax's
     yield "qr: q (gen)", both(lambda a: jnp.linalg.qr(a)[0], gen), q64
     yield "qr: r (gen)", both(lambda a: jnp.linalg.qr(a)[1], gen), r64
+    svals = lambda a: jnp.linalg.svd(a, compute_uv=False)  # noqa: E731
+    yield "svd: s (gen)", both(svals, gen), np.linalg.svd(gen.astype(np.float64),
+                                                          compute_uv=False)
+    loss = lambda a: jnp.sum(svals(a) * w[:, 0])  # noqa: E731
+    yield "d svd: s (gen)", both_grad(loss, gen), x64(jax.grad(loss), gen)
     d = [rng.standard_normal((BATCH, n)).astype(np.float32) for _ in range(3)]
     d[0][:, 0] = d[2][:, -1] = 0
     dense = np.stack([np.diag(d[1][i].astype(np.float64)) + np.diag(d[0][i, 1:], -1)

@@ -95,6 +95,7 @@ _LINALG = {
     "triangular_solve": ([_t(2, 3, 3), _t(2, 3, 4)], _TRI),
     "lu": ([_t(2, 3, 4)], {}),
     "qr": ([_t(2, 4, 3)], {"full_matrices": True}),
+    "svd": ([_t(2, 3, 4)], {}),
     "tridiagonal_solve": ([_t(2, 3)] * 3 + [_t(2, 3, 2)], {}),
 }
 SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER, **_SPECIAL, **_LINALG}

@@ -18,6 +18,10 @@ dims (any leading dims are a batch), with the semantics of JAX's primitives on X
 - ``qr`` [a] -> (q, r): Householder QR (LAPACK ``geqrf`` then ``orgqr``: reflectors
   ``I − τ v vᵀ`` with ``v[j] = 1`` and ``R[j, j] = −sign(a[j, j])·‖a[j:, j]‖``);
   ``full_matrices``: q is m x m and r m x n, else m x k and k x n (k = min(m, n)).
+- ``svd`` [a] -> (s, u, vt): the singular values in decreasing order (k = min(m, n) of
+  them) by one-sided Jacobi, with the vectors of that computation, u [m, k] and vt [k, n]
+  (their signs are the algorithm's: the frontend exposes only ``s``; u and vt serve the
+  VJP, whose ``u diag(s̄) vt`` does not depend on them).
 - ``tridiagonal_solve`` [dl, d, du, b]: ``A x = b`` for the tridiagonal ``A`` with sub-,
   main and super-diagonals ``dl`` (``dl[0]`` unused), ``d``, ``du`` (``du[-1]`` unused),
   by Gaussian elimination with partial pivoting (LAPACK ``gtsv``); a batch element whose
@@ -91,3 +95,12 @@ def _qr(ts, p):
     batch, (m, n) = tuple(a.shape[:-2]), tuple(a.shape[-2:])
     rows = m if p["full_matrices"] else min(m, n)
     return [a.with_shape(batch + (m, rows)), a.with_shape(batch + (rows, n))]
+
+
+@defop("svd", "linalg", 1, params={})
+def _svd(ts, p):
+    (a,) = ts
+    _float_matrix(a, "svd")
+    batch, (m, n) = tuple(a.shape[:-2]), tuple(a.shape[-2:])
+    k = min(m, n)
+    return [a.with_shape(batch + (k,)), a.with_shape(batch + (m, k)), a.with_shape(batch + (k, n))]

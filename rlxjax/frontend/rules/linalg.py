@@ -126,6 +126,24 @@ def _qr(ctx, eqn, a):
                           lambda sub, xs: sub.add_multi("qr", xs, full_matrices=full))
 
 
+@rule("svd")
+def _svd(ctx, eqn, a):
+    _real(ctx, eqn, a)
+    p = eqn.params
+    if p.get("compute_uv", True):
+        raise ctx.unsupported(
+            "singular vectors (compute_uv=True): their signs are the algorithm's choice, and "
+            "rlxjax's (one-sided Jacobi) cannot reproduce LAPACK's; rlxjax computes the "
+            "singular values only (jnp.linalg.svd(a, compute_uv=False), jnp.linalg.norm(a, "
+            "2), jnp.linalg.cond, matrix_rank). Compute the vectors outside the compiled "
+            "function and pass them in")
+    k = min(a.shape[-2:])
+    sub = p.get("subset_by_index")
+    if sub is not None and tuple(sub) != (0, k):
+        raise ctx.unsupported(f"subset_by_index={tuple(sub)} (rlxjax computes all {k})")
+    return ctx.add_multi("svd", [a])[0]
+
+
 _NO_EIGEN = ("Core ML has no {what}, and rlxjax does not lower one: the iterative "
              "algorithms it takes converge in a data-dependent number of steps, which a "
              "fixed program could only approximate. Compute it outside the compiled "
@@ -133,7 +151,6 @@ _NO_EIGEN = ("Core ML has no {what}, and rlxjax does not lower one: the iterativ
 _UNSUPPORTED = {
     "eigh": _NO_EIGEN.format(what="symmetric eigendecomposition (eigh)"),
     "eig": _NO_EIGEN.format(what="eigendecomposition (eig)"),
-    "svd": _NO_EIGEN.format(what="singular value decomposition (svd)"),
     "schur": _NO_EIGEN.format(what="Schur decomposition"),
     "geqrf": "rlxjax lowers the whole QR (lax.linalg.qr), not its LAPACK pieces (geqrf)",
     "geqp3": "column-pivoted Householder QR (geqp3) is not lowered; use unpivoted lax.linalg.qr",

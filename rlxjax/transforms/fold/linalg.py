@@ -167,3 +167,56 @@ def qr(p, a):
             q = _apply_reflector(v, taus[..., :, i:i + 1], q)
     r = np.where(np.arange(n).reshape(1, n) >= rows, x, dt(0))
     return q.astype(a.dtype), np.ascontiguousarray(r[..., :q_cols, :])
+
+
+@register_impl("fold", "svd")
+def svd(p, a):
+    """One-sided Jacobi, as coreml/rules/linalg_svd.py computes it."""
+    from ...coreml.rules.linalg_svd import MAX_SWEEPS, round_robin  # the same schedule
+    m, n = a.shape[-2:]
+    dt = a.dtype.type
+    w = np.array(a if m >= n else np.swapaxes(a, -1, -2))
+    rows, cols = max(m, n), min(m, n)
+    n2 = cols + cols % 2
+    if n2 != cols:
+        w = np.concatenate([w, np.zeros(w.shape[:-1] + (1,), a.dtype)], axis=-1)
+    tol = dt(np.sqrt(rows) * np.finfo(a.dtype).eps)
+    table = round_robin(n2)
+    v = np.broadcast_to(np.eye(n2, dtype=a.dtype), w.shape[:-2] + (n2, n2)).copy()
+    off, sweeps, h = dt(np.inf), 0, n2 // 2
+    with np.errstate(all="ignore"):
+        while sweeps < MAX_SWEEPS and off > tol:
+            off = dt(0)
+            for idx in table:
+                gw, gv = w[..., idx], v[..., idx]
+                wp, wq, vp, vq = gw[..., :h], gw[..., h:], gv[..., :h], gv[..., h:]
+                alpha, beta, gamma = (np.sum(x * y, axis=-2, keepdims=True)
+                                      for x, y in ((wp, wp), (wq, wq), (wp, wq)))
+                scale = np.sqrt(alpha) * np.sqrt(beta)
+                ratio = np.where(scale > 0, np.abs(gamma) / scale, dt(0))
+                zeta = (beta - alpha) / (gamma * dt(2))
+                t = dt(1) / (np.abs(zeta) + np.sqrt(dt(1) + zeta * zeta))
+                t = np.where(zeta < 0, t * dt(-1), t)
+                t = np.where(np.abs(zeta) > dt(1e15), dt(0.5) / zeta, t)
+                c = dt(1) / np.sqrt(dt(1) + t * t)
+                s = c * t
+                c, s = np.where(ratio > tol, c, dt(1)), np.where(ratio > tol, s, dt(0))
+                inv = np.argsort(idx)
+                w = np.concatenate([c * wp - s * wq, s * wp + c * wq], axis=-1)[..., inv]
+                v = np.concatenate([c * vp - s * vq, s * vp + c * vq], axis=-1)[..., inv]
+                off = np.maximum(off, np.max(ratio))
+            sweeps += 1
+        sigma = np.sqrt(np.sum(w * w, axis=-2, keepdims=True))
+        unit = np.where(sigma > 0, w / sigma, dt(0))
+    ids = np.arange(n2)
+    before = (sigma[..., 0, :, None] > sigma[..., 0, None, :]) | (
+        (sigma[..., 0, :, None] == sigma[..., 0, None, :]) & (ids[:, None] < ids[None, :]))
+    order = np.argsort(np.sum(before, axis=-2), axis=-1)  # entry at each place
+    sigma = np.take_along_axis(sigma[..., 0, :], order, -1)[..., :cols]
+    unit = np.take_along_axis(unit, order[..., None, :], -1)[..., :cols]
+    v = np.take_along_axis(v, order[..., None, :], -1)[..., :cols, :cols]
+    if not off <= tol:
+        sigma, unit, v = (np.full_like(x, np.nan) for x in (sigma, unit, v))
+    if m >= n:
+        return sigma, unit, np.ascontiguousarray(np.swapaxes(v, -1, -2))
+    return sigma, v, np.ascontiguousarray(np.swapaxes(unit, -1, -2))

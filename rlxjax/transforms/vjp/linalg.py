@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import UnsupportedPrimitiveError
 from .registry import refuse_vjp, vjp_rule
 
 
@@ -174,3 +175,18 @@ def _tridiagonal_solve(ctx, node, cts, needs):
 # every qr it may differentiate in a custom_vjp node whose rule is the primitive's.
 refuse_vjp("a qr node outside its custom_vjp wrapper is not differentiated (rlxjax takes "
            "qr's gradient from JAX's rule, frontend/rules/linalg.py)", "qr")
+
+
+@vjp_rule("svd")
+def _svd(ctx, node, cts, needs):
+    """JAX's rule for the singular values alone (compute_uv=False): ā = u diag(s̄) vt."""
+    ct, ct_u, ct_vt = cts
+    if ct_u is not None or ct_vt is not None:
+        raise UnsupportedPrimitiveError(
+            "svd", node.source, "a gradient through the singular vectors (rlxjax computes "
+            "the singular values only)")
+    if ct is None:
+        return [None]
+    _, u, vt = node.outputs
+    scaled = ctx.add("mul", u, ctx.reshape(ct, tuple(ct.shape[:-1]) + (1, ct.shape[-1])))
+    return [_mm(ctx, scaled, vt)]
