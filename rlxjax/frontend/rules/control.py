@@ -174,10 +174,3 @@ def _platform_index(ctx, eqn):
     if pick is None:
         raise ctx.unsupported(f"no branch for the CPU or a default among {platforms}")
     return ctx.constant(np.int32(pick))
-
-
-@rule("device_put")
-def _device_put(ctx, eqn, *xs):
-    # jnp.asarray / jax.device_put inside a traced function (jax.scipy.sparse.linalg.cg
-    # emits one): placement means nothing in a Core ML program, the values pass through.
-    return list(xs)
