@@ -180,8 +180,6 @@ DEFAULT_SAMPLE = 1
 #: What rlxjax refuses on purpose: (group, text the error detail contains or None, why).
 #: An "unsupported" outcome not listed here fails tests/test_conformance.py.
 UNSUPPORTED = [
-    ("cholesky", "ZeroSizeError", "a zero-size input (Core ML has no zero-size tensors)"),
-    ("eigh", "ZeroSizeError", "a zero-size input (Core ML has no zero-size tensors)"),
     ("eigh", "'eigh'", "eigenvectors are unique only up to sign, and LAPACK's choice cannot "
                        "be reproduced: rlxjax does not lower eigh"),
     ("svd", "compute_uv=True", "singular vectors are unique only up to sign, and LAPACK's "

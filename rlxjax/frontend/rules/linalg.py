@@ -8,9 +8,10 @@ its gradient is JAX's: implicit differentiation through ``transpose_solve`` (and
 ``qr`` is wrapped the same way: its gradient is JAX's rule (thin, wide and full-matrices
 cases alike).
 
-The decompositions Core ML has no way to compute exactly in a fixed number of steps
-(eigen- and singular-value decompositions: iterative, data-dependent convergence) raise
-``UnsupportedPrimitiveError`` saying so, with the user's line.
+Singular values are computed (``svd`` with ``compute_uv=False``); what rlxjax cannot give
+as JAX does raises ``UnsupportedPrimitiveError`` saying why, with the user's line: eigen-
+and singular vectors (unique only up to sign: LAPACK's choice cannot be reproduced), the
+non-symmetric eigenproblems, pivoted QR.
 """
 from __future__ import annotations
 
@@ -132,11 +133,11 @@ def _svd(ctx, eqn, a):
     p = eqn.params
     if p.get("compute_uv", True):
         raise ctx.unsupported(
-            "singular vectors (compute_uv=True): their signs are the algorithm's choice, and "
-            "rlxjax's (one-sided Jacobi) cannot reproduce LAPACK's; rlxjax computes the "
-            "singular values only (jnp.linalg.svd(a, compute_uv=False), jnp.linalg.norm(a, "
-            "2), jnp.linalg.cond, matrix_rank). Compute the vectors outside the compiled "
-            "function and pass them in")
+            "singular vectors (compute_uv=True): they are unique only up to sign, and the "
+            "choice LAPACK's algorithm makes, which JAX returns, cannot be reproduced by "
+            "rlxjax's (one-sided Jacobi); rlxjax computes the singular values only "
+            "(jnp.linalg.svd(a, compute_uv=False), jnp.linalg.norm(a, 2), jnp.linalg.cond, "
+            "matrix_rank). " + _OUTSIDE)
     k = min(a.shape[-2:])
     sub = p.get("subset_by_index")
     if sub is not None and tuple(sub) != (0, k):
@@ -144,12 +145,17 @@ def _svd(ctx, eqn, a):
     return ctx.add_multi("svd", [a])[0]
 
 
-_NO_EIGEN = ("Core ML has no {what}, and rlxjax does not lower one: the iterative "
-             "algorithms it takes converge in a data-dependent number of steps, which a "
-             "fixed program could only approximate. Compute it outside the compiled "
-             "function (e.g. with numpy or jax on the CPU) and pass the result in")
+_OUTSIDE = ("Compute it outside the compiled function (e.g. with numpy or jax on the CPU) "
+            "and pass the result in")
+_NO_VECTORS = ("Core ML has no {what}, and rlxjax does not lower one: the {vectors} are "
+               "unique only up to sign (and rotation within repeated values), and the "
+               "choice LAPACK's algorithm makes, which JAX returns, cannot be reproduced by "
+               "another algorithm. " + _OUTSIDE)
+_NO_EIGEN = ("Core ML has no {what}, and rlxjax does not lower one (a non-symmetric "
+             "eigenvalue problem: Hessenberg reduction and shifted QR iterations). " + _OUTSIDE)
 _UNSUPPORTED = {
-    "eigh": _NO_EIGEN.format(what="symmetric eigendecomposition (eigh)"),
+    "eigh": _NO_VECTORS.format(what="symmetric eigendecomposition (eigh)",
+                               vectors="eigenvectors"),
     "eig": _NO_EIGEN.format(what="eigendecomposition (eig)"),
     "schur": _NO_EIGEN.format(what="Schur decomposition"),
     "geqrf": "rlxjax lowers the whole QR (lax.linalg.qr), not its LAPACK pieces (geqrf)",
@@ -157,7 +163,8 @@ _UNSUPPORTED = {
     "householder_product": ("rlxjax lowers the whole QR (lax.linalg.qr), not its LAPACK "
                             "pieces (orgqr)"),
     "hessenberg": _NO_EIGEN.format(what="Hessenberg reduction"),
-    "tridiagonal": _NO_EIGEN.format(what="tridiagonal reduction (sytrd)"),
+    "tridiagonal": _NO_VECTORS.format(what="tridiagonal reduction (sytrd)",
+                                      vectors="Householder reflectors"),
 }
 
 
