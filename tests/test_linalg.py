@@ -327,6 +327,17 @@ def test_zero_size_operands_inside_a_program_fold_away():
     check_against_jax(f, _spd(_rng("zero"), 3), np.ones((3, 2), np.float32))
 
 
+@pytest.mark.parametrize("f, shapes", [
+    (lambda a: lax.linalg.cholesky_p.bind(a), [(4, 0, 0)]),
+    (lax.linalg.lu, [(5, 0)]),
+    (lambda a: lax.linalg.qr(a, full_matrices=True), [(5, 0)]),
+    (lambda a: jnp.linalg.svd(a, compute_uv=False), [(0, 3)]),
+    (jnp.linalg.solve, [(0, 0), (0,)]),
+])
+def test_zero_size_arguments_match_jax(f, shapes):
+    check_against_jax(f, *[np.zeros(s, np.float32) for s in shapes])
+
+
 @pytest.mark.parametrize("name, fn", [
     ("eigh", lambda a: jnp.linalg.eigh(a)[0]),
     ("svd", lambda a: jnp.linalg.svd(a)[0]),
