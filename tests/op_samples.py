@@ -89,7 +89,16 @@ _SPECIAL = {
     **{n: ([_t(2, 3), _t(1, 3)], {}) for n in SPECIAL_BINARY},
     **{n: ([_t(2, 3), _t(1, 3), _t(2, 1)], {}) for n in SPECIAL_TERNARY},
 }
-SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER, **_SPECIAL}
+_TRI = {"left_side": True, "lower": True, "transpose_a": False, "unit_diagonal": False}
+_LINALG = {
+    "cholesky": ([_t(2, 3, 3)], {}),
+    "triangular_solve": ([_t(2, 3, 3), _t(2, 3, 4)], _TRI),
+    "lu": ([_t(2, 3, 4)], {}),
+    "qr": ([_t(2, 4, 3)], {"full_matrices": True}),
+    "svd": ([_t(2, 3, 4)], {}),
+    "tridiagonal_solve": ([_t(2, 3)] * 3 + [_t(2, 3, 2)], {}),
+}
+SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER, **_SPECIAL, **_LINALG}
 
 
 def _region(name, in_types, body):

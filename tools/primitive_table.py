@@ -155,6 +155,16 @@ EXAMPLES.update({
     "polygamma": (lambda x: lax.polygamma(np.float32(1), x), (G,)),
     "regularized_incomplete_beta": (lambda a, x: lax.betainc(a, a, x), (G, F)),
 })
+SPD = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.25], [0.5, 0.25, 2.0]], np.float32)
+EXAMPLES.update({  # linear algebra
+    "cholesky": (lambda a: lax.linalg.cholesky_p.bind(a), (SPD,)),
+    "triangular_solve": (lambda a, b: lax.linalg.triangular_solve(a, b, left_side=True,
+                                                                  lower=True), (SPD, G.T)),
+    "lu": (lambda a: lax.linalg.lu(a), (SPD,)),
+    "tridiagonal_solve": (lambda d, b: lax.linalg.tridiagonal_solve(d * 0.5, d * 4.0, d * 0.5,
+                                                                    b), (F[0], G.T)),
+    "custom_linear_solve": (lambda a, b: jnp.linalg.solve(a, b), (SPD, G[0])),
+})
 
 #: control primitives whose reverse-mode derivative is refused (as JAX refuses it)
 NO_REVERSE_MODE = {"while": "no (reverse mode through while_loop, as in JAX)"}

@@ -6,3 +6,4 @@ from . import conv  # noqa: F401
 from . import random  # noqa: F401
 from . import collective  # noqa: F401
 from . import special  # noqa: F401
+from . import linalg  # noqa: F401

@@ -161,3 +161,16 @@ def _empty(ctx, eqn):
     # its contents are unspecified and never read; XLA materialises zeros, and so do we.
     aval = eqn.outvars[0].aval
     return ctx.constant(np.zeros(aval.shape, aval.dtype))
+
+
+@rule("platform_index")
+def _platform_index(ctx, eqn):
+    # lax.platform_dependent (jnp.diagonal, hence det / slogdet / trace, emits one): the
+    # index of the branch for the platform compiled for. rlxjax follows XLA:CPU's
+    # semantics, so it takes the 'cpu' branch, else the default (None) one.
+    platforms = eqn.params["platforms"]
+    pick = next((i for i, ps in enumerate(platforms) if ps is not None and "cpu" in ps),
+                next((i for i, ps in enumerate(platforms) if ps is None), None))
+    if pick is None:
+        raise ctx.unsupported(f"no branch for the CPU or a default among {platforms}")
+    return ctx.constant(np.int32(pick))

@@ -39,6 +39,7 @@ from ...ir import Graph, Node
 from ...ir.ops import OPS
 from . import elementwise, indexing, linear, reduction, shape  # noqa: F401  (register)
 from . import special  # noqa: F401  (register)
+from . import linalg  # noqa: F401  (register)
 
 FOLD_MAX_GROWTH = 256
 
