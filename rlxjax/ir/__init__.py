@@ -8,6 +8,7 @@ from . import conv as _conv_ops  # noqa: F401  (registers the conv family)
 from . import indexing as _indexing_ops  # noqa: F401  (registers the indexing family)
 from . import random as _random_ops  # noqa: F401  (registers the random family)
 from . import control as _control_ops  # noqa: F401  (registers the region-carrying ops)
+from . import bitwise as _bitwise_ops  # noqa: F401  (shifts, bit counts, reduce_precision)
 from .ops import OPS, IRTypeError, OpDef, broadcast_shapes, infer_types
 from .verify import GraphVerificationError, verify
 from .printer import format_graph

@@ -6,3 +6,4 @@ from . import pool  # noqa: F401
 from . import conv  # noqa: F401
 from . import random  # noqa: F401
 from . import control  # noqa: F401
+from . import bitwise  # noqa: F401

@@ -38,6 +38,7 @@ import numpy as np
 from ...ir import Graph, Node
 from ...ir.ops import OPS
 from . import elementwise, indexing, linear, reduction, shape  # noqa: F401  (register)
+from . import bitwise  # noqa: F401
 
 FOLD_MAX_GROWTH = 256
 
