@@ -5,4 +5,4 @@ from . import pool  # noqa: F401
 from . import conv  # noqa: F401
 from . import random  # noqa: F401
 from . import collective  # noqa: F401
-from . import bitwise  # noqa: F401
+from . import bitwise, monoid  # noqa: F401

@@ -14,7 +14,7 @@ import numpy as np
 from ...ir import DType
 from ..registry import rule
 
-_NARROW = (DType.i8, DType.u8)
+NARROW = (DType.i8, DType.u8)
 
 
 def _i32(ctx, v):
@@ -25,7 +25,7 @@ def _select(ctx, pred, on_true, on_false):
     return ctx.add("select", pred, on_false, on_true)
 
 
-def _pattern(ctx, x):
+def pattern(ctx, x):
     """The 8-bit pattern of an int8 / uint8 value, as int32 in [0, 256)."""
     xi = ctx.add("convert", x, dtype=DType.i32)
     if x.dtype == DType.u8:
@@ -33,7 +33,7 @@ def _pattern(ctx, x):
     return _select(ctx, ctx.add("lt", xi, _i32(ctx, 0)), ctx.add("add", xi, _i32(ctx, 256)), xi)
 
 
-def _signed(ctx, x):
+def signed(ctx, x):
     """The two's complement reading of an 8-bit pattern, as int32 in [-128, 128)."""
     xi = ctx.add("convert", x, dtype=DType.i32)
     if x.dtype == DType.i8:
@@ -41,13 +41,21 @@ def _signed(ctx, x):
     return _select(ctx, ctx.add("ge", xi, _i32(ctx, 128)), ctx.add("sub", xi, _i32(ctx, 256)), xi)
 
 
-def _from_pattern(ctx, p, dtype):
+def from_pattern(ctx, p, dtype):
     if dtype == DType.i8:
         p = _select(ctx, ctx.add("ge", p, _i32(ctx, 128)), ctx.add("sub", p, _i32(ctx, 256)), p)
     return ctx.add("convert", p, dtype=dtype)
 
 
-def _from_signed(ctx, v, dtype):
+def wrap(ctx, v, dtype):
+    """An int32 result of 8-bit arithmetic wrapped to ``dtype`` (int8 / uint8), as XLA's
+    8-bit add / mul wrap."""
+    p = ctx.add("rem", v, _i32(ctx, 256))  # in (-256, 256), the dividend's sign
+    p = _select(ctx, ctx.add("lt", p, _i32(ctx, 0)), ctx.add("add", p, _i32(ctx, 256)), p)
+    return from_pattern(ctx, p, dtype)
+
+
+def from_signed(ctx, v, dtype):
     if dtype == DType.u8:
         v = _select(ctx, ctx.add("lt", v, _i32(ctx, 0)), ctx.add("add", v, _i32(ctx, 256)), v)
     return ctx.add("convert", v, dtype=dtype)
@@ -56,60 +64,60 @@ def _from_signed(ctx, v, dtype):
 @rule("and", "or", "xor")
 def _logical(ctx, eqn, x, y):
     op = eqn.primitive.name
-    if x.dtype not in _NARROW:
+    if x.dtype not in NARROW:
         return ctx.add(op, x, y)
-    return _from_pattern(ctx, ctx.add(op, _pattern(ctx, x), _pattern(ctx, y)), x.dtype)
+    return from_pattern(ctx, ctx.add(op, pattern(ctx, x), pattern(ctx, y)), x.dtype)
 
 
 @rule("not")
 def _not(ctx, eqn, x):
-    if x.dtype not in _NARROW:
+    if x.dtype not in NARROW:
         return ctx.add("not", x)
-    return _from_pattern(ctx, ctx.add("sub", _i32(ctx, 255), _pattern(ctx, x)), x.dtype)
+    return from_pattern(ctx, ctx.add("sub", _i32(ctx, 255), pattern(ctx, x)), x.dtype)
 
 
 def _narrow_amount(ctx, s):
     """An 8-bit shift amount, read as unsigned (as XLA does) and clamped to 8."""
-    return ctx.add("min", _pattern(ctx, s), _i32(ctx, 8))
+    return ctx.add("min", pattern(ctx, s), _i32(ctx, 8))
 
 
 @rule("shift_left")
 def _shift_left(ctx, eqn, x, s):
-    if x.dtype not in _NARROW:
+    if x.dtype not in NARROW:
         return ctx.add("shift_left", x, s)
-    wide = ctx.add("shift_left", _pattern(ctx, x), _narrow_amount(ctx, s))  # < 2**16
-    return _from_pattern(ctx, ctx.add("rem", wide, _i32(ctx, 256)), x.dtype)
+    wide = ctx.add("shift_left", pattern(ctx, x), _narrow_amount(ctx, s))  # < 2**16
+    return from_pattern(ctx, ctx.add("rem", wide, _i32(ctx, 256)), x.dtype)
 
 
 @rule("shift_right_logical")
 def _shift_right_logical(ctx, eqn, x, s):
-    if x.dtype not in _NARROW:
+    if x.dtype not in NARROW:
         return ctx.add("shift_right_logical", x, s)
-    r = ctx.add("shift_right_logical", _pattern(ctx, x), _narrow_amount(ctx, s))
-    return _from_pattern(ctx, r, x.dtype)
+    r = ctx.add("shift_right_logical", pattern(ctx, x), _narrow_amount(ctx, s))
+    return from_pattern(ctx, r, x.dtype)
 
 
 @rule("shift_right_arithmetic")
 def _shift_right_arithmetic(ctx, eqn, x, s):
-    if x.dtype not in _NARROW:
+    if x.dtype not in NARROW:
         return ctx.add("shift_right_arithmetic", x, s)
-    r = ctx.add("shift_right_arithmetic", _signed(ctx, x), _narrow_amount(ctx, s))
-    return _from_signed(ctx, r, x.dtype)
+    r = ctx.add("shift_right_arithmetic", signed(ctx, x), _narrow_amount(ctx, s))
+    return from_signed(ctx, r, x.dtype)
 
 
 @rule("population_count")
 def _population_count(ctx, eqn, x):
-    if x.dtype not in _NARROW:
+    if x.dtype not in NARROW:
         return ctx.add("population_count", x)
-    return _from_pattern(ctx, ctx.add("population_count", _pattern(ctx, x)), x.dtype)
+    return from_pattern(ctx, ctx.add("population_count", pattern(ctx, x)), x.dtype)
 
 
 @rule("clz")
 def _clz(ctx, eqn, x):
-    if x.dtype not in _NARROW:
+    if x.dtype not in NARROW:
         return ctx.add("clz", x)
-    n = ctx.add("sub", ctx.add("clz", _pattern(ctx, x)), _i32(ctx, 24))
-    return _from_pattern(ctx, n, x.dtype)
+    n = ctx.add("sub", ctx.add("clz", pattern(ctx, x)), _i32(ctx, 24))
+    return from_pattern(ctx, n, x.dtype)
 
 
 #: (exponent bits, mantissa bits) of the float dtypes
