@@ -178,11 +178,11 @@ def _shift_right_logical(ctx, node, x, s):
     sc, oob = _amount(e, s)
     # For s in [1, 31]: q = floor(x / 2**s) (two steps: 2**31 is no int32). Where x < 0
     # the unsigned pattern is x + 2**32, so the result is q + 2**(32-s), added as two
-    # halves h = 2**(31-s): q + h in [0, h), q + 2h in [h, 2h) -- all inside int32.
+    # halves h = 2**(31-s): q + h in [0, h), q + 2h in [h, 2h) -- all inside int32
+    # (where x >= 0, h is replaced by 0: q + 2h could overflow there).
     q = e.binary("floor_div", e.binary("floor_div", x, e.gather(_POW_S_MINUS_1, sc)), _i32(2))
-    h = e.gather(_POW_31_MINUS, sc)
-    up = e.binary("add", e.binary("add", q, h), h)
-    r = e.select(e.compare("less", x, _i32(0)), up, q)
+    h = e.binary("mul", e.flag(e.compare("less", x, _i32(0))), e.gather(_POW_31_MINUS, sc))
+    r = e.binary("add", e.binary("add", q, h), h)
     r = e.select(e.compare("equal", sc, _i32(0)), x, r)
     return e.select(oob, _i32(0), r)
 
