@@ -44,6 +44,9 @@ except AttributeError:  # jax 0.8, 0.9: not yet public in jax.extend.core
 # -- avals -------------------------------------------------------------------------------
 ShapedArray = _jax_core.ShapedArray
 
+#: ``jaxpr_as_fun(closed_jaxpr)``: the closed jaxpr as a function JAX can trace (vmap)
+jaxpr_as_fun = _jex_core.jaxpr_as_fun
+
 
 # -- source locations --------------------------------------------------------------------
 def exclude_from_source_lines(path: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlxjax.ir import DType, Graph, TensorType
+from rlxjax.ir.bitwise import BIT_COUNTS, SHIFTS
 from rlxjax.ir.ops import ARITH_BINARY, COMPARE, FLOAT_UNARY, LOGIC_BINARY, NUMERIC_UNARY
 from rlxjax.ir.special import SPECIAL_BINARY, SPECIAL_TERNARY, SPECIAL_UNARY
 
@@ -38,6 +39,9 @@ _SIMPLE = {
     "slice": ([_t(2, 3)], {"start": (0, 1), "limit": (2, 3), "strides": (1, 1)}),
     "dot_general": ([_t(2, 3), _t(4, 3)], {"contract": ((1,), (1,)), "batch": ((), ())}),
     "pad": ([_t(2, 3), _t()], {"config": ((1, 1, 0), (0, 2, 1))}),
+    **{n: ([_t(2, 3, dtype=I32), _t(1, 3, dtype=I32)], {}) for n in SHIFTS},
+    **{n: ([_t(2, 3, dtype=I32)], {}) for n in BIT_COUNTS},
+    "reduce_precision": ([_t(2, 3)], {"exponent_bits": 5, "mantissa_bits": 7}),
 }
 
 _AFFINE = {"eps": 1e-5, "has_gamma": True, "has_beta": True}

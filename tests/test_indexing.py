@@ -349,13 +349,15 @@ def test_windowed_gather_and_scatter(data, mode):
     check_grad(sa, x, uw, argnums=(0, 1))
 
 
-def test_scatter_partial_window_on_unscattered_dim_is_a_clear_error():
-    x = np.zeros((4, 3), F32)
+def test_scatter_partial_window_on_unscattered_dim():
+    # the window starts at 0 on the dim that is not scattered to (as XLA's scatter)
+    x = np.arange(12, dtype=F32).reshape(4, 3)
     sn = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
                                      scatter_dims_to_operand_dims=(0,))
-    f = lambda x, u: lax.scatter_add(x, np.array([[1]], I32), u, sn)  # noqa: E731
-    with pytest.raises(UnsupportedPrimitiveError, match="full windows"):
-        rlxjax.coreml_jit(f, backend="reference").lower(x, np.ones((1, 2), F32))
+    idx = np.array([[1], [3], [1]], I32)
+    for op in (lax.scatter_add, lax.scatter_min, lax.scatter):
+        f = lambda x, u: op(x, idx, u, sn)  # noqa: E731
+        check_against_jax(f, x, np.arange(6, dtype=F32).reshape(3, 2) - 2)
 
 
 # -- multi-key sort ----------------------------------------------------------------------------

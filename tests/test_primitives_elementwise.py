@@ -229,16 +229,13 @@ def test_bool_not(data):
 
 @pytest.mark.parametrize("fn", [jnp.bitwise_and, jnp.bitwise_or, jnp.bitwise_xor],
                          ids=["and", "or", "xor"])
-def test_int_bitwise_binary_unsupported(fn):
-    x = np.arange(6, dtype=np.int32)
-    with pytest.raises(rlxjax.UnsupportedPrimitiveError):
-        rlxjax.coreml_jit(fn, backend="reference").lower(x, x).compile()
+def test_int_bitwise_binary(fn):  # composed from int32 arithmetic: tests/test_int_ops.py
+    x = np.arange(-3, 3, dtype=np.int32)
+    check_against_jax(fn, x, x[::-1].copy())
 
 
-def test_int_bitwise_not_unsupported():
-    x = np.arange(6, dtype=np.int32)
-    with pytest.raises(rlxjax.UnsupportedPrimitiveError):
-        rlxjax.coreml_jit(jnp.bitwise_not, backend="reference").lower(x).compile()
+def test_int_bitwise_not():
+    check_against_jax(jnp.bitwise_not, np.arange(-3, 3, dtype=np.int32))
 
 
 # -- select, clamp -------------------------------------------------------------------------

@@ -98,10 +98,7 @@ def test_arg_reduce_flattened():
     check_against_jax(lambda v: lax.argmax(v, 1, np.int32), x)
 
 
-def test_int_bitwise_reduction_unsupported():
-    import rlxjax
-
-    x = np.arange(6, dtype=np.int32)
-    with pytest.raises(rlxjax.UnsupportedPrimitiveError):
-        rlxjax.coreml_jit(lambda v: lax.reduce_or_p.bind(v, axes=(0,)),
-                          backend="reference").lower(x).compile()
+def test_int_bitwise_reduction():  # composed from int32 arithmetic (frontend/rules/monoid.py)
+    x = np.arange(-3, 3, dtype=np.int32)
+    check_against_jax(lambda v: (lax.reduce_or_p.bind(v, axes=(0,)),
+                                 lax.reduce_and_p.bind(v, axes=(0,))), x)

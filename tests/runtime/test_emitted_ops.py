@@ -65,7 +65,8 @@ def _computed_sites():
 #: forwarding helpers whose type argument is their caller's (callers are scanned)
 FORWARDERS = {("builder.py", "op"), ("builder.py", "op_with_blocks"),
               ("rules/elementwise.py", "unary"), ("rules/elementwise.py", "binary"),
-              ("rules/elementwise.py", "compare")}
+              ("rules/elementwise.py", "compare"), ("rules/bitwise.py", "unary"),
+              ("rules/bitwise.py", "binary"), ("rules/bitwise.py", "compare")}
 
 
 def _scan():

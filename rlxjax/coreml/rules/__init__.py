@@ -11,3 +11,4 @@ from . import special_functions  # noqa: F401
 from . import special_gamma  # noqa: F401
 from . import special_igamma  # noqa: F401
 from . import linalg, linalg_svd  # noqa: F401
+from . import bitwise  # noqa: F401

@@ -6,6 +6,7 @@ import numpy as np
 from ...ir import DType, TensorType, broadcast_shapes
 from ..builder import FILL_CONST_MAX, cast_name
 from ..registry import lowering
+from .bitwise import int_logical, int_not
 from .common import reshape, scalar_like
 
 _DIRECT_UNARY = {
@@ -104,15 +105,14 @@ def _compare(ctx, node, x, y):
 @lowering("and", "or", "xor")
 def _logical(ctx, node, x, y):
     if x.dtype != DType.bool:
-        raise ctx.unsupported(node, f"bitwise '{node.op}' on {x.dtype}: Core ML has no bitwise "
-                                    "integer ops (only logical ops on bool)")
+        return int_logical(ctx, node, x, y)  # composed from int32 arithmetic (bitwise.py)
     return ctx.b.op(_LOGICAL[node.op], ctx.out_type(node), x=x, y=y)
 
 
 @lowering("not")
 def _not(ctx, node, x):
     if x.dtype != DType.bool:
-        raise ctx.unsupported(node, f"bitwise 'not' on {x.dtype}: Core ML has no bitwise ops")
+        return int_not(ctx, node, x)
     return ctx.b.op("logical_not", ctx.out_type(node), x=x)
 
 

@@ -7,3 +7,4 @@ from . import random  # noqa: F401
 from . import collective  # noqa: F401
 from . import special  # noqa: F401
 from . import linalg  # noqa: F401
+from . import bitwise, monoid  # noqa: F401

@@ -7,10 +7,9 @@ from ...ir import DType, dtype_from_numpy
 from ..registry import rule
 
 _SAME_NAME_UNARY = ("neg", "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt",
-                    "rsqrt", "abs", "sign", "floor", "ceil", "erf", "sin", "cos", "square",
-                    "not")
-_SAME_NAME_BINARY = ("add", "sub", "mul", "div", "rem", "and", "or", "xor",
-                     "eq", "ne", "lt", "le", "gt", "ge")
+                    "rsqrt", "abs", "sign", "floor", "ceil", "erf", "sin", "cos", "square")
+_SAME_NAME_BINARY = ("add", "sub", "mul", "div", "rem",
+                     "eq", "ne", "lt", "le", "gt", "ge")  # and/or/xor/not: bitwise.py
 
 
 def _unary(op):

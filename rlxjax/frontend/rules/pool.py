@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import _jax_compat as jc
 from ...ir import DType
 from ..registry import rule
+from .monoid import monoids, window_body, window_monoid
 
 _KIND = {"reduce_window_max": "max", "reduce_window_min": "min", "reduce_window_sum": "sum"}
 _SELECT_KIND = {"ge": "max", "le": "min"}
@@ -30,24 +32,18 @@ def _ints(t):
     return tuple(int(v) for v in t)
 
 
-def _check_dtype(ctx, x):
-    if x.dtype not in (DType.f32, DType.f16, DType.i32):
-        raise ctx.unsupported(f"window reduction of {x.dtype} (float or int32 only)")
+def _native(x) -> bool:
+    """Whether the RLX pool ops (max / min / sum of f32, f16, int32) take ``x``; other
+    dtypes and reducers go through frontend/rules/monoid.py."""
+    return x.dtype in (DType.f32, DType.f16, DType.i32)
 
 
 def _pad(ctx, x, value, padding, base_dilation=None):
     """lax.pad with the given (lo, hi) padding and base dilation as interior padding."""
     base = base_dilation or (1,) * len(padding)
     cfg = tuple((int(lo), int(hi), int(b) - 1) for (lo, hi), b in zip(padding, base))
-    if any(lo < 0 or hi < 0 for lo, hi, _ in cfg):
-        raise ctx.unsupported(f"negative window padding {tuple(padding)}")
     if all(c == (0, 0, 0) for c in cfg):
         return x
-    if not x.dtype.is_float:
-        # MIL's pad takes fp16/fp32 only, and the shape family's pad lowering has no int32
-        # path yet: a clear error here rather than a program the loader rejects.
-        raise ctx.unsupported(f"padded or base-dilated window reduction of {x.dtype} "
-                              "(Core ML pads floats only): use VALID padding or float inputs")
     return ctx.add("pad", x, value if not isinstance(value, np.ndarray) else ctx.constant(value),
                    config=cfg)
 
@@ -58,6 +54,8 @@ def _window(ctx, eqn, x):
     p = eqn.params
     window, strides = _ints(p["window_dimensions"]), _ints(p["window_strides"])
     dilation = _ints(p.get("window_dilation") or (1,) * len(window))
+    if any(lo < 0 or hi < 0 for lo, hi in p["padding"]):
+        raise ctx.unsupported(f"negative window padding {tuple(p['padding'])}")
     if any(d == 0 for d in eqn.outvars[0].aval.shape):
         raise ctx.unsupported(f"window {window} larger than the padded input {x.shape}: "
                               "the result is empty")
@@ -76,44 +74,45 @@ for _p in _KIND:
 
     @rule(_p)
     def _reduce_window(ctx, eqn, x, _p=_p):
-        _check_dtype(ctx, x)
         kind = _KIND[_p]
         window = _window(ctx, eqn, x)
+        if not _native(x):  # bool / int8 / uint8
+            return window_monoid(ctx, _OPS[kind], x, None, eqn.params["padding"],
+                                 eqn.params["base_dilation"], *window)
         padded = _pad(ctx, x, _identity(kind, x.dtype), eqn.params["padding"],
                       eqn.params["base_dilation"])
         return window_reduce(ctx, kind, padded, *window)
 
 
 _MONOIDS = {"max": "max", "min": "min", "add": "sum"}
+_OPS = {"max": "max", "min": "min", "sum": "add"}
 
 
 @rule("reduce_window")
 def _reduce_window_generic(ctx, eqn, *args):
-    """lax.reduce_window with a jaxpr reducer: supported when the reducer is a single
-    max / min / add of its two arguments (e.g. a lambda, or a non-identity init value).
-    XLA (CPU, the oracle) starts every window from the init value and skips padded and
-    base-dilation positions (an init of 0.25 is added once per window, not once per padded
-    position), so the result is ``op(init, window_reduce(pad(x, identity)))``. JAX has no
-    reverse-mode rule for this primitive; rlxjax's gradient of a max/min reducer follows
-    the pooling convention (first extremum of each window) for the window part and lax.max's
-    (ties with the init value share) for the final op."""
+    """lax.reduce_window with a jaxpr reducer. XLA (CPU, the oracle) starts every window
+    from the init value and skips padded and base-dilation positions (an init of 0.25 is
+    added once per window, not once per padded position), so with a monoid reducer the
+    result is ``op(init, window_reduce(pad(x, identity)))``; any other reducer (or several
+    operands) runs tap by tap (frontend/rules/monoid.py). JAX has no reverse-mode rule for
+    this primitive; rlxjax's gradient of a max/min reducer follows the pooling convention
+    (first extremum of each window) for the window part and lax.max's (ties with the init
+    value share) for the final op."""
     p = eqn.params
-    jaxpr = p["jaxpr"]
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    if len(args) != 2:
-        raise ctx.unsupported(f"variadic reduce_window with {len(args) // 2} operands")
-    x, init = args
-    body = jaxpr.eqns
-    if (len(body) != 1 or body[0].primitive.name not in _MONOIDS
-            or list(body[0].invars) != list(jaxpr.invars)
-            or list(body[0].outvars) != list(jaxpr.outvars) or p.get("consts")):
-        names = [e.primitive.name for e in body]
-        raise ctx.unsupported(f"reducer {names}: only a single max, min or add of the two "
-                              "arguments is supported (use lax.max / lax.min / lax.add)")
-    _check_dtype(ctx, x)
-    op = body[0].primitive.name
+    closed = p["jaxpr"]
+    if not isinstance(closed, jc.ClosedJaxpr):
+        closed = jc.ClosedJaxpr(closed, list(p.get("consts") or ()))
+    n = len(args) // 2
+    xs, inits = list(args[:n]), list(args[n:])
+    window = _window(ctx, eqn, xs[0])
+    ops = monoids(closed, n)
+    if ops is None or n != 1:
+        return window_body(ctx, closed, xs, inits, p["padding"], p["base_dilation"], *window,
+                           tuple(eqn.outvars[0].aval.shape))
+    (op,), (x,), (init,) = ops, xs, inits
+    if not _native(x) or op not in _OPS.values():
+        return window_monoid(ctx, op, x, init, p["padding"], p["base_dilation"], *window)
     kind = _MONOIDS[op]
-    window = _window(ctx, eqn, x)
     padded = _pad(ctx, x, _identity(kind, x.dtype), p["padding"], p["base_dilation"])
     y = window_reduce(ctx, kind, padded, *window)
     return ctx.add(op, y, init)

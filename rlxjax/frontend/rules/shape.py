@@ -106,3 +106,15 @@ def _pad(ctx, eqn, x, value):
     if all(c == (0, 0, 0) for c in cfg):
         return x
     return ctx.add("pad", x, value, config=cfg)
+
+
+@rule("tile")
+def _tile(ctx, eqn, x):
+    """lax.tile (jnp.tile): as JAX lowers it, a broadcast into a new axis before each axis,
+    then a reshape merging each pair; the gradient follows from those two ops."""
+    reps = tuple(int(r) for r in eqn.params["reps"])
+    if all(r == 1 for r in reps):
+        return x
+    pairs = tuple(k for r, d in zip(reps, x.shape) for k in (r, d))
+    y = ctx.broadcast(x, pairs, tuple(2 * i + 1 for i in range(x.type.rank)))
+    return ctx.reshape(y, tuple(r * d for r, d in zip(reps, x.shape)))

@@ -40,6 +40,7 @@ from ...ir.ops import OPS
 from . import elementwise, indexing, linear, reduction, shape  # noqa: F401  (register)
 from . import special  # noqa: F401  (register)
 from . import linalg  # noqa: F401  (register)
+from . import bitwise  # noqa: F401
 
 FOLD_MAX_GROWTH = 256
 

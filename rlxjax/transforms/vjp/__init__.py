@@ -8,6 +8,7 @@ from . import random  # noqa: F401
 from . import control  # noqa: F401
 from . import special  # noqa: F401
 from . import linalg  # noqa: F401
+from . import bitwise  # noqa: F401
 from .registry import NON_DIFFERENTIABLE, VJPS, refuse_vjp, vjp_rule
 
 __all__ = ["NON_DIFFERENTIABLE", "VJPS", "refuse_vjp", "vjp_rule"]

@@ -9,17 +9,22 @@ from jax import lax
 from .... import _jax_compat as jc
 from ....ir import DType
 from ...registry import rule
+from ..bitwise import NARROW, wrap
 
 
 @rule("cumsum")
 def _cumsum(ctx, eqn, x):
-    if x.dtype not in (DType.f32, DType.f16, DType.i32):
+    narrow = x.dtype in NARROW  # int8 / uint8: summed in int32, wrapped back (exact)
+    if x.dtype not in (DType.f32, DType.f16, DType.i32) and not narrow:
         raise ctx.unsupported(f"cumsum of {x.dtype} (Core ML's cumsum takes fp16/fp32/int32)")
-    return ctx.add("cumsum", x, axis=int(eqn.params["axis"]),
-                   reverse=bool(eqn.params["reverse"]))
+    v = ctx.add("convert", x, dtype=DType.i32) if narrow else x
+    y = ctx.add("cumsum", v, axis=int(eqn.params["axis"]), reverse=bool(eqn.params["reverse"]))
+    return wrap(ctx, y, x.dtype) if narrow else y
 
 
-def _combine(name):
+def _combine(name, narrow=False):
+    if narrow and name == "cumprod":  # 8-bit values in int32: products kept in (-256, 256)
+        return lambda a, b: lax.rem(lax.mul(a, b), np.int32(256))
     return {"cumprod": lax.mul, "cummax": lax.max, "cummin": lax.min,
             "cumlogsumexp": jc.logaddexp()}[name]
 
@@ -61,12 +66,17 @@ def _cumulative(ctx, eqn, x):
     differentiates for these primitives, so gradients (ties included) follow JAX's."""
     name, p = eqn.primitive.name, eqn.params
     axis, reverse = int(p["axis"]), bool(p["reverse"])
+    narrow = x.dtype in NARROW  # int8 / uint8: scanned in int32 (Core ML's arithmetic)
+    v = ctx.add("convert", x, dtype=DType.i32) if narrow else x
 
     def scan(v):
         v = lax.rev(v, (axis,)) if reverse else v
-        out = _prefix_scan(_combine(name), v, axis)
+        out = _prefix_scan(_combine(name, narrow), v, axis)
         return lax.rev(out, (axis,)) if reverse else out
 
-    closed = jax.make_jaxpr(scan)(jax.ShapeDtypeStruct(tuple(x.shape), x.dtype.np))
-    (out,) = ctx.eval_jaxpr(closed.jaxpr, closed.consts, [x])
-    return out
+    closed = jax.make_jaxpr(scan)(jax.ShapeDtypeStruct(tuple(v.shape), v.dtype.np))
+    (out,) = ctx.eval_jaxpr(closed.jaxpr, closed.consts, [v])
+    if not narrow:
+        return out
+    return wrap(ctx, out, x.dtype) if name == "cumprod" else ctx.add("convert", out,
+                                                                     dtype=x.dtype)

@@ -41,6 +41,15 @@ def _scatter(ctx, eqn, x, idx, upd):
     rank = x.type.rank
     wd = [d for d in range(rank) if d not in iwd and d not in ob]  # window dims of updates
     wsize = {d: upd.shape[uwd[j]] for j, d in enumerate(wd)}
+    partial = tuple(d for d in range(rank) if d not in sdod and d not in ob
+                    and wsize.get(d, 1) != x.shape[d])
+    if partial and idx.type.rank >= 1:
+        # A window narrower than a dim that is not scattered to starts at 0 there: scatter
+        # to that dim too, with index 0 (the wide-window path below spreads the window).
+        idx = i32(ctx, idx)
+        zeros = ctx.constant(np.zeros(tuple(idx.shape[:-1]) + (len(partial),), np.int32))
+        idx = ctx.add("concatenate", idx, zeros, axis=idx.type.rank - 1)
+        sdod = sdod + partial
     rest = [d for d in range(rank) if d not in sdod and d not in ob]
     if any(wsize.get(d, 1) != x.shape[d] for d in rest):
         raise ctx.unsupported(

@@ -9,19 +9,32 @@ from ...registry import rule
 from .common import iota, with_batch_iotas
 
 
-def _lt(ctx, a, b):
-    """a < b in lax.sort's order: NaNs last and equal to each other, -0 == +0."""
+def _lt(ctx, a, b, a_neg0=None, b_neg0=None):
+    """a < b in lax.sort's order: NaNs last and equal to each other, -0 == +0; with the
+    -0 flags of a and b (``_neg_zero``), top_k's order, where -0 < +0."""
     lt = ctx.add("lt", a, b)
     if not a.dtype.is_float:
         return lt
     a_nan, b_nan = ctx.add("ne", a, a), ctx.add("ne", b, b)
-    return ctx.add("or", lt, ctx.add("and", b_nan, ctx.add("not", a_nan)))
+    lt = ctx.add("or", lt, ctx.add("and", b_nan, ctx.add("not", a_nan)))
+    if a_neg0 is None:
+        return lt
+    zero = ctx.constant(np.zeros((), a.dtype.np))
+    b_pos0 = ctx.add("and", ctx.add("eq", b, zero), ctx.add("not", b_neg0))
+    return ctx.add("or", lt, ctx.add("and", a_neg0, b_pos0))
 
 
-def _ranks(ctx, keys, descending):
+def _neg_zero(ctx, x):
+    """x is -0.0: zero, with a negative reciprocal (-inf)."""
+    zero, one = (ctx.constant(np.asarray(v, x.dtype.np)) for v in (0, 1))
+    return ctx.add("and", ctx.add("eq", x, zero), ctx.add("lt", ctx.add("div", one, x), zero))
+
+
+def _ranks(ctx, keys, descending, signed_zeros=False):
     """Stable rank of every element along the last axis, ordered lexicographically by
     ``keys`` (one tensor, or a list: first key first). O(n^2) comparisons: exact,
-    deterministic and tie-stable as JAX, which MIL's argsort/topk do not promise."""
+    deterministic and tie-stable as JAX, which MIL's argsort/topk do not promise.
+    ``signed_zeros``: -0 < +0 (top_k's total order; lax.sort treats them as equal)."""
     keys = keys if isinstance(keys, (list, tuple)) else [keys]
     keys = [ctx.add("convert", k, dtype=DType.i32) if k.dtype == DType.bool else k
             for k in keys]
@@ -30,7 +43,11 @@ def _ranks(ctx, keys, descending):
     for k in reversed(keys):  # lt = lt_1 or (eq_1 and (lt_2 or (eq_2 and ...)))
         xi = ctx.reshape(k, s + (n, 1))
         xj = ctx.reshape(k, s + (1, n))
-        a, b = _lt(ctx, xj, xi), _lt(ctx, xi, xj)   # [.., i, j]: x_j before / after x_i
+        zi = zj = None
+        if signed_zeros and k.dtype.is_float:
+            z = _neg_zero(ctx, k)
+            zi, zj = ctx.reshape(z, s + (n, 1)), ctx.reshape(z, s + (1, n))
+        a, b = _lt(ctx, xj, xi, zj, zi), _lt(ctx, xi, xj, zi, zj)  # x_j before / after x_i
         if j_lt_i is not None:
             tie = ctx.add("not", ctx.add("or", a, b))
             a = ctx.add("or", a, ctx.add("and", tie, j_lt_i))
@@ -101,6 +118,25 @@ def _top_k(ctx, eqn, x):
     k = int(p["k"])
     axis = int(p.get("axis", x.type.rank - 1)) % x.type.rank
     x_last, back = _to_last(ctx, x, axis)
-    perm = _perm(ctx, _ranks(ctx, x_last, descending=True), k)
+    # XLA's top_k ranks by the total order: -0 < +0, NaN above +inf. The sign of a NaN
+    # (XLA: -NaN below -inf) is invisible to Core ML, which has no bit cast: every NaN
+    # ranks as +NaN (as np.nan, jnp.nan and ARM's arithmetic NaNs are).
+    perm = _perm(ctx, _ranks(ctx, x_last, descending=True, signed_zeros=True), k)
+    values = _take_last(ctx, x_last, perm)
+    return [ctx.transpose(values, back), ctx.transpose(perm, back)]
+
+
+@rule("approx_top_k")
+def _approx_top_k(ctx, eqn, x):
+    """lax.approx_max_k / approx_min_k. Off TPU, XLA computes them exactly (a sort and a
+    slice), and an exact answer is valid anywhere: the exact top (or bottom, is_max_k=False)
+    entries, as many as JAX's output shape has (k, or more without aggregate_to_topk), in
+    top_k's order; recall_target and reduction_input_size_override only tune TPUs."""
+    p = eqn.params
+    axis = int(p["reduction_dimension"]) % x.type.rank
+    m = int(eqn.outvars[0].aval.shape[axis])
+    x_last, back = _to_last(ctx, x, axis)
+    ranks = _ranks(ctx, x_last, descending=bool(p["is_max_k"]), signed_zeros=True)
+    perm = _perm(ctx, ranks, m)
     values = _take_last(ctx, x_last, perm)
     return [ctx.transpose(values, back), ctx.transpose(perm, back)]
