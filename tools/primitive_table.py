@@ -169,17 +169,6 @@ EXAMPLES.update({  # linear algebra
 #: control primitives whose reverse-mode derivative is refused (as JAX refuses it)
 NO_REVERSE_MODE = {"while": "no (reverse mode through while_loop, as in JAX)"}
 
-#: refused on purpose for some dtypes: primitive -> (when, example)
-BITWISE_INT = {
-    "and": ("int32 operands", _bind("and", I, I)),
-    "or": ("int32 operands", _bind("or", I, I)),
-    "xor": ("int32 operands", _bind("xor", I, I)),
-    "not": ("int32 operand", _bind("not", I)),
-    "reduce_and": ("int32 operand", (lambda x: lax.reduce_and(x, (1,)), (I,))),
-    "reduce_or": ("int32 operand", (lambda x: lax.reduce_or(x, (1,)), (I,))),
-}
-
-
 @jax.custom_vjp
 def _custom_vjp_example(x):
     return x * 2.0
@@ -295,14 +284,6 @@ def row(prim):
 def refused_rows():
     rows = [[p, "always", RANDOM_PRIMITIVES[p], "the jax.random message above"]
             for p in sorted(RANDOM_PRIMITIVES)]
-    for p, (when, (fn, args)) in sorted(BITWISE_INT.items()):
-        try:
-            graph, nodes = rule_nodes(p, fn, args)
-            mil_ops(graph, nodes, "iOS17")
-        except UnsupportedPrimitiveError as e:
-            rows.append([p, when, "lax bitwise op on integers", _detail(e)])
-            continue
-        raise AssertionError(f"{p} on {when} was expected to be refused but compiled")
     return rows
 
 

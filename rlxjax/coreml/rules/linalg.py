@@ -27,8 +27,8 @@ from ..registry import lowering
 from .common import reshape, transpose
 from .elementwise import Ew
 
-_I32 = TensorType((), DType.i32)
-_BOOL = TensorType((), DType.bool)
+I32 = TensorType((), DType.i32)
+BOOL = TensorType((), DType.bool)
 
 
 def _iota(n: int, axis: int) -> np.ndarray:
@@ -45,7 +45,7 @@ def _tri_mask(b, n: int, lower: bool, k: int):
     return b.op("greater_equal", t, x=cols, y=rows)
 
 
-def _at(b, x, axis: int, i, size: int = 1):
+def take_at(b, x, axis: int, i, size: int = 1):
     """``x`` sliced to ``size`` entries from runtime index ``i`` (a scalar i32 var) along
     ``axis`` (negative), all of every other axis."""
     rank = x.type.rank
@@ -58,7 +58,7 @@ def _at(b, x, axis: int, i, size: int = 1):
                 size=np.asarray(shape, np.int32))
 
 
-def _swap_last(b, x):
+def swap_last(b, x):
     r = x.type.rank
     return transpose(b, x, tuple(range(r - 2)) + (r - 1, r - 2))
 
@@ -69,14 +69,14 @@ def _matmul(b, x, y, transpose_y=False):
                 transpose_y=transpose_y)
 
 
-def _loop(b, n: int, init, body):
+def column_loop(b, n: int, init, body):
     """``for j in range(n): carry = body(j, *carry)`` as a MIL while_loop; -> final carry."""
-    types = [_I32] + [v.type for v in init]
+    types = [I32] + [v.type for v in init]
     state = b.begin_block(types)
-    cond_blk = b.end_block([b.op("less", _BOOL, x=state[0], y=np.int32(n))])
+    cond_blk = b.end_block([b.op("less", BOOL, x=state[0], y=np.int32(n))])
     state = b.begin_block(types)
     nxt = list(body(state[0], *state[1:]))
-    nxt = [b.op("add", _I32, x=state[0], y=np.int32(1))] + nxt
+    nxt = [b.op("add", I32, x=state[0], y=np.int32(1))] + nxt
     body_blk = b.end_block(nxt)
     out = b.op_with_blocks("while_loop", types, [cond_blk, body_blk],
                            loop_vars=[b.const(np.int32(0))] + list(init))
@@ -92,9 +92,9 @@ def _cholesky(ctx, node, a):
     zero = np.asarray(0, t.dtype.np)
 
     def step(j, L, ok):
-        row = _at(b, L, -2, j)                        # L[j, :]
-        v = e.binary("sub", _at(b, a, -1, j), _matmul(b, L, row, transpose_y=True))
-        pivot = _at(b, v, -2, j)                      # v[j]
+        row = take_at(b, L, -2, j)                        # L[j, :]
+        v = e.binary("sub", take_at(b, a, -1, j), _matmul(b, L, row, transpose_y=True))
+        pivot = take_at(b, v, -2, j)                      # v[j]
         d = e.unary("sqrt", pivot)
         col = e.select(e.compare("equal", col_ids, j), d, e.binary("real_div", v, d))
         col = e.select(e.compare("greater_equal", col_ids, j), col, zero)
@@ -103,7 +103,7 @@ def _cholesky(ctx, node, a):
         return L, e.binary("logical_and", ok, b.op("logical_not", bad.type, x=bad), DType.bool)
 
     ok0 = b.const(np.ones(batch + (1, 1), bool))
-    L, ok = _loop(b, n, [b.full(t, 0), ok0], step)
+    L, ok = column_loop(b, n, [b.full(t, 0), ok0], step)
     out = e.select(_tri_mask(b, n, False, 1), a, L)      # a's strict upper triangle, as potrf
     return e.select(ok, out, np.asarray(np.nan, t.dtype.np))
 
@@ -116,13 +116,13 @@ def substitute(b, m, rhs, lower: bool, unit: bool, diag=None):
     row_ids = _iota(n, -2)
 
     def step(t, x):
-        i = t if lower else b.op("sub", _I32, x=np.int32(n - 1), y=t)
-        xi = e.binary("sub", _at(b, rhs, -2, i), _matmul(b, _at(b, m, -2, i), x))
+        i = t if lower else b.op("sub", I32, x=np.int32(n - 1), y=t)
+        xi = e.binary("sub", take_at(b, rhs, -2, i), _matmul(b, take_at(b, m, -2, i), x))
         if not unit:
-            xi = e.binary("real_div", xi, _at(b, diag, -2, i))
+            xi = e.binary("real_div", xi, take_at(b, diag, -2, i))
         return (e.select(e.compare("equal", row_ids, i), xi, x),)
 
-    (x,) = _loop(b, n, [b.full(rhs.type, 0)], step)
+    (x,) = column_loop(b, n, [b.full(rhs.type, 0)], step)
     return x
 
 
@@ -142,10 +142,10 @@ def _triangular_solve(ctx, node, a, rhs):
                     axes=np.asarray([-1], np.int32), keep_dims=True)
     # The left-side system op'(a) x' = b' that the call amounts to.
     flip = p["transpose_a"] != (not p["left_side"])
-    m = _swap_last(b, strict) if flip else strict
-    rhs = rhs if p["left_side"] else _swap_last(b, rhs)
+    m = swap_last(b, strict) if flip else strict
+    rhs = rhs if p["left_side"] else swap_last(b, rhs)
     x = substitute(b, m, rhs, p["lower"] != flip, p["unit_diagonal"], diag)
-    return x if p["left_side"] else _swap_last(b, x)
+    return x if p["left_side"] else swap_last(b, x)
 
 
 @lowering("lu")
@@ -162,7 +162,7 @@ def _lu(ctx, node, a):
 
     def swap(x, j, piv, is_j, is_p):
         """x with rows j and piv (per batch element) exchanged."""
-        at_j = _at(b, x, -2, j)
+        at_j = take_at(b, x, -2, j)
         idx = piv
         if x.shape[-1] != 1:
             reps = np.asarray((1,) * (len(batch) + 1) + (x.shape[-1],), np.int32)
@@ -174,15 +174,15 @@ def _lu(ctx, node, a):
 
     def step(j, x, perm, pivots):
         below_j = e.compare("greater_equal", col_ids, j)
-        mag = e.select(below_j, e.unary("abs", _at(b, x, -1, j)), np.asarray(-1, dt))
+        mag = e.select(below_j, e.unary("abs", take_at(b, x, -1, j)), np.asarray(-1, dt))
         piv = b.op("reduce_argmax", i32, x=mag, axis=np.int32(-2), keep_dims=True)
         is_j, is_p = e.compare("equal", col_ids, j), e.compare("equal", col_ids, piv)
         x = swap(x, j, piv, is_j, is_p)
         perm = swap(perm, j, piv, is_j, is_p)
         pivots = e.select(e.compare("equal", step_ids, j), piv, pivots)
-        urow = _at(b, x, -2, j)
-        pivot = _at(b, urow, -1, j)
-        col = _at(b, x, -1, j)
+        urow = take_at(b, x, -2, j)
+        pivot = take_at(b, urow, -1, j)
+        col = take_at(b, x, -1, j)
         scaled = e.select(e.compare("greater_equal", e.unary("abs", pivot), tiny),
                           e.binary("mul", col, e.binary("real_div", one, pivot)),
                           e.binary("real_div", col, pivot))
@@ -196,7 +196,7 @@ def _lu(ctx, node, a):
 
     perm0 = b.const(np.broadcast_to(col_ids, batch + (m, 1)).copy())
     piv0 = b.const(np.zeros(batch + (1, k), np.int32))
-    x, perm, pivots = _loop(b, k, [a, perm0, piv0], step)
+    x, perm, pivots = column_loop(b, k, [a, perm0, piv0], step)
     return x, reshape(b, pivots, batch + (k,)), reshape(b, perm, batch + (m,))
 
 
@@ -219,8 +219,8 @@ def _tridiagonal_solve(ctx, node, dl, d, du, rhs):
         return e.select(e.compare("equal", row_ids, i), v, x)
 
     def eliminate(i, cur_d, cur_du, cur_b, u0, u1, u2, y, ok):
-        nxt = b.op("add", _I32, x=i, y=np.int32(1))
-        low, d_n, du_n, b_n = (_at(b, v, -2, nxt) for v in (dl, d, du, rhs))
+        nxt = b.op("add", I32, x=i, y=np.int32(1))
+        low, d_n, du_n, b_n = (take_at(b, v, -2, nxt) for v in (dl, d, du, rhs))
         keep = e.compare("greater_equal", e.unary("abs", cur_d), e.unary("abs", low))
         fact = e.select(keep, e.binary("real_div", low, cur_d),
                         e.binary("real_div", cur_d, low))
@@ -241,25 +241,25 @@ def _tridiagonal_solve(ctx, node, dl, d, du, rhs):
         return new_d, new_du, new_b, u0, u1, u2, y, ok
 
     i0 = b.const(np.int32(0))
-    first = [_at(b, d, -2, i0), _at(b, du, -2, i0), _at(b, rhs, -2, i0)]
+    first = [take_at(b, d, -2, i0), take_at(b, du, -2, i0), take_at(b, rhs, -2, i0)]
     zeros_col, zeros_y = b.full(col, 0), b.full(t, 0)
     ok0 = b.const(np.ones(batch + (1, 1), bool))
     init = first + [zeros_col, zeros_col, zeros_col, zeros_y, ok0]
-    state = _loop(b, n - 1, init, eliminate) if n > 1 else init
+    state = column_loop(b, n - 1, init, eliminate) if n > 1 else init
     cur_d, _, cur_b, u0, u1, u2, y, ok = state
     last = b.const(np.int32(n - 1))
     u0, y = put(u0, last, cur_d), put(y, last, cur_b)
     ok = e.binary("logical_and", ok, e.compare("not_equal", cur_d, zero), DType.bool)
 
     def back(s, x, x1, x2):
-        i = b.op("sub", _I32, x=np.int32(n - 1), y=s)
-        r = e.binary("sub", _at(b, y, -2, i), e.binary("mul", _at(b, u1, -2, i), x1))
-        r = e.binary("sub", r, e.binary("mul", _at(b, u2, -2, i), x2))
-        xi = e.binary("real_div", r, _at(b, u0, -2, i))
+        i = b.op("sub", I32, x=np.int32(n - 1), y=s)
+        r = e.binary("sub", take_at(b, y, -2, i), e.binary("mul", take_at(b, u1, -2, i), x1))
+        r = e.binary("sub", r, e.binary("mul", take_at(b, u2, -2, i), x2))
+        xi = e.binary("real_div", r, take_at(b, u0, -2, i))
         return put(x, i, xi), xi, x1
 
     zero_row = b.full(cur_b.type, 0)
-    x, _, _ = _loop(b, n, [zeros_y, zero_row, zero_row], back)
+    x, _, _ = column_loop(b, n, [zeros_y, zero_row, zero_row], back)
     return e.select(ok, x, np.asarray(np.nan, dt))
 
 
@@ -272,7 +272,7 @@ def _reflector(b, x, j, m):
     rows = _iota(m, -2)
     at, below = e.compare("equal", rows, j), e.compare("greater", rows, j)
     tail = e.select(below, x, zero)
-    alpha = _at(b, x, -2, j)
+    alpha = take_at(b, x, -2, j)
     shape = alpha.type
     ss = b.op("reduce_sum", shape, x=e.binary("mul", tail, tail),
               axes=np.asarray([-2], np.int32), keep_dims=True)
@@ -307,26 +307,26 @@ def _qr(ctx, node, a):
     zero = np.asarray(0, dt)
 
     def factor(j, x, taus):
-        v, tau, diag = _reflector(b, _at(b, x, -1, j), j, m)
+        v, tau, diag = _reflector(b, take_at(b, x, -1, j), j, m)
         x = _apply_reflector(b, v, tau, x, e.compare("greater", cols, j))
         col = e.select(e.compare("equal", rows, j), diag, v)  # v below the diagonal
         x = e.select(e.compare("equal", cols, j), e.select(e.compare("less", rows, j),
-                                                           _at(b, x, -1, j), col), x)
+                                                           take_at(b, x, -1, j), col), x)
         return x, e.select(e.compare("equal", steps, j), tau, taus)
 
     taus0 = b.full(TensorType(batch + (1, k), a.dtype), 0)
-    x, taus = _loop(b, k, [a, taus0], factor)
+    x, taus = column_loop(b, k, [a, taus0], factor)
     q_cols = ctx.out_type(node, 0).shape[-1]
 
     def accumulate(s, q):  # Q = H_0 ... H_{k-1} I, applied from the last reflector on
-        i = b.op("sub", _I32, x=np.int32(k - 1), y=s)
-        col = _at(b, x, -1, i)
+        i = b.op("sub", I32, x=np.int32(k - 1), y=s)
+        col = take_at(b, x, -1, i)
         v = e.select(e.compare("equal", rows, i), np.asarray(1, dt),
                      e.select(e.compare("greater", rows, i), col, zero))
-        return (_apply_reflector(b, v, _at(b, taus, -1, i), q),)
+        return (_apply_reflector(b, v, take_at(b, taus, -1, i), q),)
 
     eye = np.broadcast_to(np.eye(m, q_cols, dtype=dt), batch + (m, q_cols))
-    (q,) = _loop(b, k, [b.const(np.ascontiguousarray(eye))], accumulate)
+    (q,) = column_loop(b, k, [b.const(np.ascontiguousarray(eye))], accumulate)
     upper = b.op("greater_equal", TensorType((m, n), DType.bool), x=cols, y=rows)
     r = e.select(upper, x, zero)
     if t.shape[-2] != m:

@@ -21,7 +21,7 @@ from ..builder import cast_name
 from ..registry import lowering
 from .common import reshape, slice_axis
 from .elementwise import Ew
-from .linalg import _I32, _BOOL, _at, _loop, _swap_last
+from .linalg import I32, BOOL, take_at, column_loop, swap_last
 
 MAX_SWEEPS = 30
 
@@ -125,7 +125,7 @@ def _svd(ctx, node, a):
     m, n = a.shape[-2:]
     batch = tuple(a.shape[:-2])
     dt = ctx.out_type(node, 0).dtype.np
-    w = a if m >= n else _swap_last(b, a)
+    w = a if m >= n else swap_last(b, a)
     rows, cols = max(m, n), min(m, n)
     n2 = cols + cols % 2
     if n2 != cols:  # an odd column count gets a zero column: it never rotates
@@ -140,19 +140,19 @@ def _svd(ctx, node, a):
     off_t = TensorType((), w.dtype)
 
     def round_(r, w, v, off):
-        idx = reshape(b, _at(b, b.const(table), 0, r), (n2,))
-        inv = reshape(b, _at(b, b.const(inverse), 0, r), (n2,))
+        idx = reshape(b, take_at(b, b.const(table), 0, r), (n2,))
+        inv = reshape(b, take_at(b, b.const(inverse), 0, r), (n2,))
         return _sweep_round(b, w, v, off, idx, inv, tol)
 
     # while sweeps < MAX and the last sweep rotated a pair: another sweep
-    types = [_I32, w.type, v0.type, off_t]
+    types = [I32, w.type, v0.type, off_t]
     state = b.begin_block(types)
     more = e.binary("logical_and", e.compare("less", state[0], np.int32(MAX_SWEEPS)),
                     e.compare("greater", state[3], np.asarray(tol, dt)), DType.bool)
     cond_blk = b.end_block([more])
     state = b.begin_block(types)
-    w1, v1, off = _loop(b, n2 - 1, [state[1], state[2], b.const(np.asarray(0, dt))], round_)
-    body_blk = b.end_block([b.op("add", _I32, x=state[0], y=np.int32(1)), w1, v1, off])
+    w1, v1, off = column_loop(b, n2 - 1, [state[1], state[2], b.const(np.asarray(0, dt))], round_)
+    body_blk = b.end_block([b.op("add", I32, x=state[0], y=np.int32(1)), w1, v1, off])
     _, w, v, off = b.op_with_blocks("while_loop", types, [cond_blk, body_blk],
                                     loop_vars=[b.const(np.int32(0)), w, v0,
                                                b.const(np.asarray(np.inf, dt))])
@@ -170,5 +170,5 @@ def _svd(ctx, node, a):
     sigma = e.select(ok, reshape(b, sigma, batch + (cols,)), nan)
     unit, v = e.select(ok, unit, nan), e.select(ok, v, nan)
     if m >= n:  # a = w vᵀ: u = w/σ, vt = vᵀ
-        return sigma, unit, _swap_last(b, v)
-    return sigma, v, _swap_last(b, unit)  # aᵀ = w vᵀ: a = v σ (w/σ)ᵀ
+        return sigma, unit, swap_last(b, v)
+    return sigma, v, swap_last(b, unit)  # aᵀ = w vᵀ: a = v σ (w/σ)ᵀ
