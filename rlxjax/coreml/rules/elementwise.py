@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, TensorType, broadcast_shapes
-from ..builder import FILL_CONST_MAX, cast_name
+from ..builder import FILL_CONST_MAX
 from ..registry import lowering
 from .bitwise import int_logical, int_not
 from .common import reshape, scalar_like
@@ -147,16 +147,6 @@ def _clamp(ctx, node, lo, x, hi):
     # MIL's clip wants const bounds; lax.clamp(lo, x, hi) is min(max(x, lo), hi) exactly.
     e = Ew(ctx.b)
     return e.binary("minimum", e.binary("maximum", x, lo), hi)
-
-
-@lowering("convert")
-def _convert(ctx, node, x):
-    t = ctx.out_type(node)
-    if t.dtype == x.dtype:  # e.g. f32 -> f16 when the program computes in fp16 anyway
-        return x
-    if t.dtype not in (DType.f32, DType.f16, DType.i32, DType.bool):
-        raise ctx.unsupported(node, f"conversion to {t.dtype}")
-    return ctx.b.op("cast", t, x=x, dtype=cast_name(t.dtype))
 
 
 @lowering("div")
