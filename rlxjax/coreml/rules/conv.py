@@ -45,7 +45,15 @@ def _is_const(var) -> bool:
 
 @lowering("conv")
 def _conv(ctx, node, x, w):
-    p = node.params
+    if not x.dtype.is_float:
+        from .conv_int import int_conv  # (imports this module's helpers)
+
+        return int_conv(ctx, node, x, w)
+    return float_conv(ctx, node.params, x, w, ctx.out_type(node))
+
+
+def float_conv(ctx, p, x, w, out_type):
+    """MIL conv of float ``x``, ``w`` with RLX conv params ``p``, result type ``out_type``."""
     groups = p["feature_groups"]
     if p["batch_groups"] > 1:
         x = _batch_groups_to_feature_groups(ctx.b, x, p["batch_groups"])
@@ -59,7 +67,7 @@ def _conv(ctx, node, x, w):
     if any(d > 1 for d in dilations) and not _is_const(w):
         w = _spatial_pad(ctx.b, w, [(0, 0, d - 1) for d in dilations])
         dilations = [1] * len(dilations)
-    return ctx.b.op("conv", ctx.out_type(node), x=x, weight=w,
+    return ctx.b.op("conv", out_type, x=x, weight=w,
                     strides=np.asarray(p["strides"], np.int32), pad_type="custom",
                     pad=np.asarray([v for lh in pads for v in lh], np.int32),
                     dilations=np.asarray(dilations, np.int32), groups=np.int32(groups))
