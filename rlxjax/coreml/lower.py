@@ -72,6 +72,11 @@ def _io_dtype(d: DType, target: Target) -> DType:
     return DType.f32 if d.is_float else DType.i32
 
 
+#: RLX ops named differently from the JAX primitive they come from (errors name the latter)
+_JAX_NAMES = {"convert": "convert_element_type", "select": "select_n", "gather_nd": "gather",
+              "scatter_nd": "scatter", "conv": "conv_general_dilated", "while": "while_loop"}
+
+
 class LowerContext:
     def __init__(self, builder: MilBuilder, target: Target, precision: str):
         self.b = builder
@@ -87,7 +92,9 @@ class LowerContext:
         return t.with_dtype(self.dt(t.dtype))
 
     def unsupported(self, node: Node, detail: str) -> UnsupportedPrimitiveError:
-        return UnsupportedPrimitiveError(node.op, node.source, detail)
+        """The error for a node this target cannot lower, naming the JAX primitive the
+        user wrote where the RLX op has another name."""
+        return UnsupportedPrimitiveError(_JAX_NAMES.get(node.op, node.op), node.source, detail)
 
     def lower_nodes(self, nodes, env: dict) -> None:
         """Lower ``nodes`` in order into the builder's current block; ``env`` maps RLX
