@@ -28,7 +28,7 @@ import numpy as np
 
 from ...ir import DType, TensorType
 from .common import reshape
-from .conv import _batch_groups_to_feature_groups, _spatial_pad, float_conv
+from .conv_layout import batch_groups_to_feature_groups, spatial_pad
 
 FP32_EXACT = 2 ** 24
 _DTYPE_BOUND = {DType.i8: 128, DType.u8: 255, DType.bool: 1}
@@ -58,29 +58,22 @@ def fp32_exact(node) -> bool:
     return terms * bx * bw <= FP32_EXACT
 
 
-def int_conv(ctx, node, x, w):
-    b = ctx.b
-    out_t = ctx.out_type(node)
-    if fp32_exact(node):
-        xf, wf = (_to_fp32(b, v) for v in (x, w))
-        y = float_conv(ctx, node.params, xf, wf, out_t.with_dtype(DType.f32))
-        return b.op("cast", out_t, x=y, dtype="int32")
-    return _tap_conv(b, node.params, x, w, out_t)
-
-
-def _to_fp32(b, v):
+def to_fp32(b, v):
+    """An int32 MIL value as fp32 (a constant stays one)."""
     known = b.known(v)
     if known is not None:
         return b.const(np.asarray(known, np.float32))
     return b.op("cast", v.type.with_dtype(DType.f32), x=v, dtype="fp32")
 
 
-def _tap_conv(b, p, x, w, out_t):
+def tap_conv(b, p, x, w, out_t):
+    """The convolution of int32 ``x``, ``w`` (RLX conv params ``p``) as int32 per-tap
+    batched matmuls, summed."""
     groups = p["feature_groups"]
     if p["batch_groups"] > 1:
-        x = _batch_groups_to_feature_groups(b, x, p["batch_groups"])
+        x = batch_groups_to_feature_groups(b, x, p["batch_groups"])
         groups = p["batch_groups"]
-    x = _spatial_pad(b, x, [(lo, hi, d - 1) for (lo, hi), d in zip(p["padding"],
+    x = spatial_pad(b, x, [(lo, hi, d - 1) for (lo, hi), d in zip(p["padding"],
                                                                    p["lhs_dilation"])])
     n, c = x.shape[:2]
     o, cg, *kernel = w.shape
