@@ -8,7 +8,8 @@ them (checked against ``jax.jit`` for every pair of operand dtypes and every
 - in general both operands are converted to the result dtype and multiplied in it: int8 x
   int8 -> int32, float16 x float16 -> float32, int8 x float32 -> float32 (mixed operands);
 - operands of one float dtype with a result that is not at least as wide a float (float32
-  -> float16, float -> int) are multiplied in float32, and the product converted once;
+  -> float16, float16 -> int32) are multiplied in their own dtype, and the product
+  converted once;
 - a bool result is the OR of ANDs: the operands as bool, then the int32 product of 0/1
   (the number of true terms) > 0.
 """
@@ -27,7 +28,7 @@ def compute_dtype(a: DType, b: DType, out: DType) -> DType:
     if out == DType.bool:
         return DType.i32
     if a == b and a.is_float and _FLOAT_WIDTH.get(out, 0) < _FLOAT_WIDTH[a]:
-        return DType.f32
+        return a
     return out
 
 
