@@ -6,11 +6,18 @@ and data movement. So the lowering carries every i8 / u8 RLX value as an int32 M
 holding the same number (``LowerContext.dt``), and
 
 - after an op that may leave the 8-bit range (``add``, ``mul``, ``neg``, ``abs``, ``div``,
-  ``integer_pow``, sums and products, ``dot_general``, ``conv``, ...: everything not in
+  ``integer_pow``, sums, ``dot_general``, ``conv``, ...: everything not in
   :data:`PRESERVING`), reduces the int32 result into the dtype's range modulo 2**8
-  (:func:`wrap`). That is exactly JAX's wrap-around: each such op is computed on the exact
-  operand values in int32, which itself wraps modulo 2**32, and 2**8 divides 2**32 (a
-  quotient is exact in int32: -128 / -1 = 128 wraps to -128, as XLA gives);
+  (:func:`wrap`). That is exactly JAX's wrap-around, because the int32 result is the exact
+  integer result of the op on the operands' values: a sum, difference, product or
+  quotient of two 8-bit values fits int32 (-128 / -1 = 128 wraps to -128, as XLA gives),
+  ``integer_pow`` wraps after every product, sums (reductions, cumsum, scatter-add) fit
+  for fewer than 2**23 terms and sums of products (dot_general, conv) for fewer than 2**15
+  terms per output, and the frontend computes 8-bit products of many values (reduce_prod,
+  cumprod) with a wrap per step. Nothing relies on how Core ML wraps an int32 overflow --
+  except a scatter-mul of int8 / uint8 with five or more updates to one position, whose
+  int32 product may overflow (the reference backend wraps it modulo 2**32, which still
+  gives JAX's result);
 - an op that only moves, selects or orders its operands' values, or whose result is in
   range by construction (``reshape``, ``gather_nd``, ``select``, ``max``, ``sign``, ``rem``,
   ``convert``, which wraps itself, ...) keeps its int32 result as it is;
@@ -19,9 +26,9 @@ holding the same number (``LowerContext.dt``), and
   from int32 at the boundary. uint8 stays int32 on every target: Core ML's model
   interface has no uint8 multi-array.
 
-A lowering that must see the 8-bit pattern itself (a logical shift, a population count:
-the sign-extended int32 has other high bits) finds the RLX dtype on ``node.inputs[i].type``
-and the carried value's bit width with :func:`bits`.
+The bit operations, whose 8-bit results depend on the bit pattern rather than the value
+(a logical shift, a population count), take int32 operands only: the frontend converts
+8-bit values to their pattern first (frontend/rules/bitwise.py).
 """
 from __future__ import annotations
 
@@ -37,18 +44,12 @@ PRESERVING = frozenset({
     "transpose", "gather_nd", "dynamic_slice", "dynamic_update_slice", "select", "clamp",
     "max", "min", "reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min",
     "sign", "rem", "stop_gradient", "convert", "cond", "while", "scan", "custom_vjp",
-    "and", "or", "xor",  # bitwise: sign- / zero-extended in, extended out ('not' of u8 isn't)
 })
 
 
 def carried(d: DType) -> DType:
     """The MIL dtype an RLX value of dtype ``d`` is carried in."""
     return DType.i32 if d in SMALL else d
-
-
-def bits(d: DType) -> int:
-    """The bit width of the values of RLX dtype ``d`` (an integer or bool dtype)."""
-    return {DType.i8: 8, DType.u8: 8, DType.i32: 32, DType.bool: 1}[d]
 
 
 def needs_wrap(op: str, scatter_mode: str | None = None) -> bool:

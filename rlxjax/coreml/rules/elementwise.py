@@ -6,6 +6,7 @@ import numpy as np
 from ...ir import DType, TensorType, broadcast_shapes
 from ..builder import FILL_CONST_MAX
 from ..registry import lowering
+from ..smallint import SMALL, wrap
 from .bitwise import int_logical, int_not
 from .common import reshape, scalar_like
 
@@ -251,13 +252,19 @@ def _integer_pow(ctx, node, x):
     e = Ew(ctx.b)
     if y == 0:
         return ctx.b.full(ctx.out_type(node), 1)
+    dtype = node.inputs[0].type.dtype
+    if dtype in SMALL:  # int8 / uint8, carried as int32: wrapped after every product, so
+        # that no int32 intermediate overflows (coreml/smallint.py)
+        mul = lambda a, b: wrap(ctx.b, e.binary("mul", a, b), dtype)  # noqa: E731
+    else:
+        mul = lambda a, b: e.binary("mul", a, b)  # noqa: E731
     acc, base, n = None, x, abs(y)
     while n > 0:
         if n & 1:
-            acc = base if acc is None else e.binary("mul", acc, base)
+            acc = base if acc is None else mul(acc, base)
         n >>= 1
         if n:
-            base = e.binary("mul", base, base)
+            base = mul(base, base)
     if y < 0:
         acc = e.binary("real_div", scalar_like(x, 1), acc)
     return acc
