@@ -49,7 +49,7 @@ def float_conv(ctx, p, x, w, out_type):
     pads = list(p["padding"])
     if any(d > 1 for d in p["lhs_dilation"]) or any(v < 0 for lh in pads for v in lh):
         x = spatial_pad(ctx.b, x, [(lo, hi, d - 1)
-                                    for (lo, hi), d in zip(pads, p["lhs_dilation"])])
+                                   for (lo, hi), d in zip(pads, p["lhs_dilation"])])
         pads = [(0, 0)] * len(pads)
     dilations = list(p["rhs_dilation"])
     if any(d > 1 for d in dilations) and not _is_const(w):
