@@ -10,7 +10,7 @@ from collections import Counter
 from .coreml.mil import operations
 
 _SPEC_TO_TARGET = {6: "iOS15 / macOS12", 7: "iOS16 / macOS13", 8: "iOS17 / macOS14",
-                   9: "iOS18 / macOS15"}
+                   9: "iOS18 / macOS15", 10: "iOS26 / macOS26"}
 
 
 class InspectError(Exception):

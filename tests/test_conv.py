@@ -247,10 +247,9 @@ def test_flax_conv_models(name, target):
 
 # --- errors ---------------------------------------------------------------------------------
 
-def test_integer_conv_is_unsupported():
-    x, w = np.ones((1, 1, 4), np.int32), np.ones((1, 1, 2), np.int32)
-    with pytest.raises(UnsupportedPrimitiveError, match="int32 convolution"):
-        rlxjax.coreml_jit(lambda x, w: lax.conv(x, w, (1,), "VALID")).lower(x, w)
+def test_integer_conv_is_exact():  # (more in tests/test_int8.py)
+    x, w = np.arange(8, dtype=np.int32).reshape(1, 2, 4), np.int32([[[3, -2], [5, 7]]])
+    check_against_jax(lambda x, w: lax.conv(x, w, (1,), "VALID"), x, w)
 
 
 def test_four_spatial_dims_are_unsupported():

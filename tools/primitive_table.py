@@ -37,7 +37,7 @@ from rlxjax.coreml.builder import MilBuilder, Var  # noqa: E402
 from rlxjax.coreml.ct_private import blob_writer  # noqa: E402
 from rlxjax.coreml.lower import LowerContext  # noqa: E402
 from rlxjax.coreml.registry import LOWERINGS, claimed_targets  # noqa: E402
-from rlxjax.coreml.targets import get_target  # noqa: E402
+from rlxjax.coreml.targets import TARGETS as ALL_TARGETS, get_target  # noqa: E402
 from rlxjax.errors import RlxError, UnsupportedPrimitiveError  # noqa: E402
 from rlxjax.frontend import RULES, trace  # noqa: E402
 from rlxjax.frontend.rules.random import RANDOM_PRIMITIVES  # noqa: E402
@@ -47,7 +47,7 @@ from rlxjax.transforms.vjp.registry import refusal  # noqa: E402
 
 DOC = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
                                    "primitives.md"))
-TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
+TARGETS = tuple(ALL_TARGETS)  # every deployment target rlxjax knows, oldest first
 
 F = np.linspace(0.25, 1.5, 6, dtype=np.float32).reshape(2, 3)
 G = np.linspace(1.0, 2.0, 6, dtype=np.float32).reshape(2, 3)

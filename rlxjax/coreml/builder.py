@@ -34,7 +34,10 @@ _PROTO_DTYPE = {
     DType.i8: MIL_pb2.INT8,
     DType.u8: MIL_pb2.UINT8,
 }
-_MIL_CAST_NAME = {DType.f32: "fp32", DType.f16: "fp16", DType.i32: "int32", DType.bool: "bool"}
+# int8 / uint8: MIL's cast takes them from iOS17; only the iOS26 program boundary casts to
+# int8 (inside, rlxjax carries them as int32: coreml/smallint.py).
+_MIL_CAST_NAME = {DType.f32: "fp32", DType.f16: "fp16", DType.i32: "int32", DType.bool: "bool",
+                  DType.i8: "int8", DType.u8: "uint8"}
 
 
 def value_type(t: TensorType) -> MIL_pb2.ValueType:

@@ -66,7 +66,8 @@ def blob_file_value(file_name: str, offset: int, shape, data_type: int) -> MIL_p
 # -- the milproto loader (converters/mil/frontend/milproto/load.py) -----------------------
 
 #: pymil dtypes of the program outputs we declare, by MIL name.
-PYMIL_DTYPES = {"fp32": _types.fp32, "fp16": _types.fp16, "int32": _types.int32}
+PYMIL_DTYPES = {"fp32": _types.fp32, "fp16": _types.fp16, "int32": _types.int32,
+                "int8": _types.int8}
 
 
 def load_milproto(model, weights_dir: str):

@@ -1,9 +1,10 @@
 """RLX graph -> Core ML ``Model_pb2.Model`` holding an ML Program.
 
 The function boundary follows what Core ML's model interface can carry: multi-arrays of
-fp32 or int32 with rank >= 1. Inside, the program computes in the graph's own types (or
-fp16 when ``precision="fp16"``); bool and rank-0 values are converted at the boundary and
-the host side (api.py) converts them back using ``IOSpec``.
+fp32 or int32 (and int8 from iOS26) with rank >= 1. Inside, the program computes in the
+graph's own types (or fp16 when ``precision="fp16"``), int8 / uint8 carried as int32
+(smallint.py); bool, int8 / uint8 and rank-0 values are converted at the boundary and the
+host side (api.py) converts them back using ``IOSpec``.
 """
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 from .._version import __version__
 from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Dyn, Graph, Node, TensorType, verify
-from . import rules  # noqa: F401  (registers the lowerings)
+from . import rules, smallint  # noqa: F401  (registers the lowerings)
 from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
 from ..ir.ops import OPS
 from .states import describe_states, state_input, write_state
-from .targets import Target
+from .targets import INT8_IO, Target
 
 PRECISIONS = ("fp32", "fp16")
 
@@ -37,7 +38,7 @@ class IOSpec:
     shape: Tuple[int, ...]   # the JAX-side shape
     dtype: str         # the JAX-side dtype (numpy name)
     io_shape: Tuple[int, ...]  # what Core ML sees (rank >= 1)
-    io_dtype: str      # 'float32' or 'int32'
+    io_dtype: str      # 'float32', 'int32' or (from iOS26) 'int8'
 
     def to_feature(self, arr: np.ndarray) -> np.ndarray:
         """A JAX-side value of this input (shape/dtype already checked) -> what Core ML
@@ -65,8 +66,15 @@ def _unique(names: List[str]) -> List[str]:
     return out
 
 
-def _io_dtype(d: DType) -> DType:
+def _io_dtype(d: DType, target: Target) -> DType:
+    if d == DType.i8 and target.at_least(INT8_IO):
+        return DType.i8
     return DType.f32 if d.is_float else DType.i32
+
+
+#: RLX ops named differently from the JAX primitive they come from (errors name the latter)
+_JAX_NAMES = {"convert": "convert_element_type", "select": "select_n", "gather_nd": "gather",
+              "scatter_nd": "scatter", "conv": "conv_general_dilated", "while": "while_loop"}
 
 
 class LowerContext:
@@ -76,14 +84,17 @@ class LowerContext:
         self.precision = precision
 
     def dt(self, d: DType) -> DType:
-        return DType.f16 if (self.precision == "fp16" and d == DType.f32) else d
+        """The MIL dtype the program computes values of RLX dtype ``d`` in."""
+        return DType.f16 if (self.precision == "fp16" and d == DType.f32) else smallint.carried(d)
 
     def out_type(self, node: Node, i: int = 0) -> TensorType:
         t = node.outputs[i].type
         return t.with_dtype(self.dt(t.dtype))
 
     def unsupported(self, node: Node, detail: str) -> UnsupportedPrimitiveError:
-        return UnsupportedPrimitiveError(node.op, node.source, detail)
+        """The error for a node this target cannot lower, naming the JAX primitive the
+        user wrote where the RLX op has another name."""
+        return UnsupportedPrimitiveError(_JAX_NAMES.get(node.op, node.op), node.source, detail)
 
     def lower_nodes(self, nodes, env: dict) -> None:
         """Lower ``nodes`` in order into the builder's current block; ``env`` maps RLX
@@ -100,6 +111,9 @@ class LowerContext:
                 if mv.type != want:
                     raise RlxError(f"internal: lowering of {node.op} gave {mv.type}, "
                                    f"expected {want}")
+                if v.type.dtype in smallint.SMALL and smallint.needs_wrap(
+                        node.op, node.params.get("mode")):
+                    mv = smallint.wrap(self.b, mv, v.type.dtype)
                 env[v.id] = mv
 
     def lower_region(self, region: Graph, inputs) -> List[Var]:
@@ -171,7 +185,7 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
         if name in state_vars:
             writes.append((state_vars.pop(name), env[v.id]))
             continue
-        var = _to_io(ctx, env[v.id], mil_name, renamed)
+        var = _to_io(ctx, env[v.id], v.type.dtype, mil_name, renamed)
         block_outputs.append(var.name)
         out_specs.append(IOSpec(name, mil_name, tuple(v.type.shape), v.type.dtype.np.name,
                                 tuple(var.type.shape), var.type.dtype.np.name))
@@ -188,7 +202,7 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
 
 
 def _lower_input(ctx, name, mil_name, t: TensorType):
-    io_t = TensorType(t.shape if t.rank else (1,), _io_dtype(t.dtype))
+    io_t = TensorType(t.shape if t.rank else (1,), _io_dtype(t.dtype, ctx.target))
     spec = IOSpec(name, mil_name, tuple(t.shape), t.dtype.np.name, tuple(io_t.shape),
                   io_t.dtype.np.name)
     return spec, Var(mil_name, io_t, None)
@@ -197,27 +211,28 @@ def _lower_input(ctx, name, mil_name, t: TensorType):
 def _from_io(ctx, var: Var, t: TensorType) -> Var:
     """Function input as Core ML delivers it -> the value the graph expects."""
     b = ctx.b
-    if t.rank == 0:
-        var = b.op("reshape", TensorType((), var.dtype), x=var, shape=np.zeros((0,), np.int32))
     want = ctx.dt(t.dtype)
     if want == DType.bool:
-        return b.op("not_equal", TensorType(var.shape, DType.bool), x=var, y=np.int32(0))
-    if want != var.dtype:
-        return b.op("cast", TensorType(var.shape, want), x=var, dtype=cast_name(want))
+        var = b.op("not_equal", TensorType(var.shape, DType.bool), x=var, y=np.int32(0))
+    elif want != var.dtype:  # (the cast first: MIL's reshape takes no int8 before iOS17)
+        var = b.op("cast", TensorType(var.shape, want), x=var, dtype=cast_name(want))
+    if t.rank == 0:
+        var = b.op("reshape", TensorType((), var.dtype), x=var, shape=np.zeros((0,), np.int32))
     return var
 
 
-def _to_io(ctx, var: Var, mil_name: str, renamed: set) -> Var:
-    """A graph output value -> a block output named ``mil_name`` that Core ML can return."""
+def _to_io(ctx, var: Var, dtype: DType, mil_name: str, renamed: set) -> Var:
+    """A graph output value (of RLX dtype ``dtype``) -> a block output named ``mil_name``
+    that Core ML can return."""
     b = ctx.b
-    io_dtype = _io_dtype(var.dtype)
+    io_dtype = _io_dtype(dtype, ctx.target)
     known = b.known(var)
     if known is not None:  # a constant output: converted here, not by ops on a constant
         var = b.const(np.asarray(known, io_dtype.np).reshape(var.shape or (1,)))
-    if var.dtype != io_dtype:
-        var = b.op("cast", TensorType(var.shape, io_dtype), x=var, dtype=cast_name(io_dtype))
     if var.type.rank == 0:
         var = b.op("reshape", TensorType((1,), var.dtype), x=var, shape=np.asarray([1], np.int32))
+    if var.dtype != io_dtype:
+        var = b.op("cast", TensorType(var.shape, io_dtype), x=var, dtype=cast_name(io_dtype))
     # Rename the producing op's output in place when it is ours alone; a function input,
     # a (shared, cached) constant or a value already named as another output gets an
     # identity op carrying the output name instead.
@@ -229,11 +244,15 @@ def _to_io(ctx, var: Var, mil_name: str, renamed: set) -> Var:
     return var
 
 
+_ARRAY_DTYPE = {"float32": FeatureTypes_pb2.ArrayFeatureType.FLOAT32,
+                "int32": FeatureTypes_pb2.ArrayFeatureType.INT32,
+                "int8": FeatureTypes_pb2.ArrayFeatureType.INT8}
+
+
 def _feature(spec: IOSpec) -> Model_pb2.FeatureDescription:
     arr = FeatureTypes_pb2.ArrayFeatureType(
         shape=list(spec.io_shape),
-        dataType=(FeatureTypes_pb2.ArrayFeatureType.FLOAT32 if spec.io_dtype == "float32"
-                  else FeatureTypes_pb2.ArrayFeatureType.INT32))
+        dataType=_ARRAY_DTYPE[spec.io_dtype])
     return Model_pb2.FeatureDescription(name=spec.mil_name, shortDescription=spec.name,
                                         type=FeatureTypes_pb2.FeatureType(multiArrayType=arr))
 

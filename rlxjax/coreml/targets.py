@@ -1,4 +1,10 @@
-"""Deployment targets: which MIL opset and model spec version each one means."""
+"""Deployment targets: which MIL opset and model spec version each one means.
+
+What each newer target adds that rlxjax uses: iOS16 fp16 program I/O (not used: the boundary
+is fp32), iOS17 int8/uint8 tensors inside a program (``cast`` to them), iOS18 Core ML states,
+iOS26 int8 program inputs and outputs (``INT8_IO``; below it, int8 travels as int32 at the
+boundary). coremltools 9 defines no new MIL ops for iOS26 (its ops are the iOS18 ones).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +28,13 @@ TARGETS = {
     "iOS16": Target("iOS16", "CoreML6", 7, 16),
     "iOS17": Target("iOS17", "CoreML7", 8, 17),
     "iOS18": Target("iOS18", "CoreML8", 9, 18),
+    "iOS26": Target("iOS26", "CoreML9", 10, 26),
 }
-_ALIASES = {"macOS12": "iOS15", "macOS13": "iOS16", "macOS14": "iOS17", "macOS15": "iOS18"}
+_ALIASES = {"macOS12": "iOS15", "macOS13": "iOS16", "macOS14": "iOS17", "macOS15": "iOS18",
+            "macOS26": "iOS26"}
+
+#: the oldest target whose model interface carries int8 multi-arrays
+INT8_IO = "iOS26"
 
 
 def get_target(name: str) -> Target:

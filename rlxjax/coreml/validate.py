@@ -15,6 +15,7 @@ _ARRAY_DTYPES = {
     FeatureTypes_pb2.ArrayFeatureType.FLOAT32: PYMIL_DTYPES["fp32"],
     FeatureTypes_pb2.ArrayFeatureType.FLOAT16: PYMIL_DTYPES["fp16"],
     FeatureTypes_pb2.ArrayFeatureType.INT32: PYMIL_DTYPES["int32"],
+    FeatureTypes_pb2.ArrayFeatureType.INT8: PYMIL_DTYPES["int8"],  # iOS26
 }
 
 

@@ -82,13 +82,15 @@ def _size(aval) -> int:
 
 
 def _input_range(ctx, eqn, i: int, v) -> Optional[Range]:
-    """Range of input i: tracked uint32, bool (0/1), or a constant integer array."""
+    """Range of input i: tracked uint32, bool (0/1), uint8, or a constant integer array."""
     r = ctx.u32_ranges.get(v.id)
     if r is not None:
         return r
     dt = np.dtype(eqn.invars[i].aval.dtype)
     if dt == np.bool_:
         return (0, 1)
+    if dt == np.uint8:  # e.g. jnp.sum of uint8, which JAX accumulates in uint32
+        return (0, 255)
     from ..ir import constant_value
 
     c = constant_value(v)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .ops import _require, defop
 from .schema import INT, INT_PAIRS, INTS, Param
-from .types import Dyn, TensorType
+from .types import DType, Dyn, TensorType
 
 def dilate(n: int, d: int) -> int:
     return 0 if n == 0 else 1 + d * (n - 1)
@@ -34,7 +34,7 @@ def conv_out_spatial(in_spatial, kernel, p):
     "rhs_dilation": Param(INTS), "feature_groups": Param(INT), "batch_groups": Param(INT)})
 def _conv(ts, p):
     x, w = ts
-    _require(x.dtype == w.dtype and x.dtype.is_float, f"conv: operands {x} and {w}")
+    _require(x.dtype == w.dtype and x.dtype != DType.bool, f"conv: operands {x} and {w}")
     _require(x.rank == w.rank and x.rank >= 2, f"conv: ranks of {x} and {w} differ or < 2")
     _require(not any(isinstance(d, Dyn) for d in tuple(x.shape) + tuple(w.shape)),
              f"conv needs static shapes, got {x} and {w}")

@@ -56,8 +56,8 @@ for _n in WINDOW_REDUCTIONS:
 def _check_select(ts, p, op):
     a, operand = ts
     _require(p["select"] in SELECTS, f"{op}: select must be one of {SELECTS}")
-    _require(operand.dtype.is_float and a.dtype == operand.dtype,
-             f"{op}: needs float inputs of one dtype, got {a} and {operand}")
+    _require(operand.dtype != DType.bool and a.dtype == operand.dtype,
+             f"{op}: needs numeric inputs of one dtype, got {a} and {operand}")
     return a, operand, window_out_shape(operand.shape, *_window_params(p))
 
 

@@ -12,3 +12,4 @@ from . import special_gamma  # noqa: F401
 from . import special_igamma  # noqa: F401
 from . import linalg, linalg_svd  # noqa: F401
 from . import bitwise  # noqa: F401
+from . import convert  # noqa: F401

@@ -4,8 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, TensorType, broadcast_shapes
-from ..builder import FILL_CONST_MAX, cast_name
+from ..builder import FILL_CONST_MAX
 from ..registry import lowering
+from ..smallint import SMALL, wrap
 from .bitwise import int_logical, int_not
 from .common import reshape, scalar_like
 
@@ -149,42 +150,49 @@ def _clamp(ctx, node, lo, x, hi):
     return e.binary("minimum", e.binary("maximum", x, lo), hi)
 
 
-@lowering("convert")
-def _convert(ctx, node, x):
-    t = ctx.out_type(node)
-    if t.dtype == x.dtype:  # e.g. f32 -> f16 when the program computes in fp16 anyway
-        return x
-    if t.dtype not in (DType.f32, DType.f16, DType.i32, DType.bool):
-        raise ctx.unsupported(node, f"conversion to {t.dtype}")
-    return ctx.b.op("cast", t, x=x, dtype=cast_name(t.dtype))
-
-
 @lowering("div")
 def _div(ctx, node, x, y):
     t = ctx.out_type(node)
     if x.dtype.is_float:
         return ctx.b.op("real_div", t, x=x, y=y)
-    # Integer division truncates toward zero in JAX; MIL's floor_div floors.
-    # trunc(x/y) = floor(x/y) + 1 where the remainder is non-zero and the signs differ.
+    q, _, zero = _int_quotient(ctx.b, t, x, y)
+    return q if zero is None else Ew(ctx.b).select(zero, scalar_like(q, -1), q)
+
+
+@lowering("rem")
+def _rem(ctx, node, x, y):
     e = Ew(ctx.b)
-    q = ctx.b.op("floor_div", t, x=x, y=y)
+    t = ctx.out_type(node)
+    if not x.dtype.is_float:  # x - y * trunc(x / y): exact in int32, INT_MIN included
+        q, ys, zero = _int_quotient(ctx.b, t, x, y)
+        r = e.binary("sub", x, e.binary("mul", q, ys))
+        return r if zero is None else e.select(zero, x, r)
+    # JAX's rem takes the sign of the dividend (C fmod); MIL's mod is the floor modulo.
+    # On magnitudes both agree, so fmod(x, y) = sign(x) * mod(|x|, |y|), exactly.
+    m = ctx.b.op("mod", t, x=e.unary("abs", x), y=e.unary("abs", y))
+    return e.select(e.compare("less", x, scalar_like(x, 0)),
+                    e.binary("mul", m, scalar_like(m, -1)), m)
+
+
+def _int_quotient(b, t, x, y):
+    """(trunc(x / y), the divisor used, mask of y == 0 or None) of integers. Integer
+    division truncates toward zero in JAX; MIL's floor_div floors: trunc(x/y) = floor(x/y) + 1
+    where the remainder is non-zero and the signs differ. A zero divisor (MIL leaves it
+    undefined) is replaced by 1; XLA's results there (x / 0 = -1, x % 0 = x) are selected by
+    the caller with the mask (None when y is a constant without zeros)."""
+    e = Ew(b)
+    known = b.known(y) if not isinstance(y, np.ndarray) else y
+    zero = None
+    if known is None or np.any(np.asarray(known) == 0):
+        zero = e.compare("equal", y, scalar_like(y, 0))
+        y = e.select(zero, scalar_like(y, 1), y)
+    q = b.op("floor_div", t, x=x, y=y)
     r = e.binary("sub", x, e.binary("mul", q, y))
     signs_differ = e.binary("logical_xor", e.compare("less", x, scalar_like(x, 0)),
                             e.compare("less", y, scalar_like(y, 0)), DType.bool)
     fix = e.binary("logical_and", e.compare("not_equal", r, scalar_like(r, 0)),
                    signs_differ, DType.bool)
-    return e.select(fix, e.binary("add", q, scalar_like(x, 1)), q)
-
-
-@lowering("rem")
-def _rem(ctx, node, x, y):
-    # JAX's rem takes the sign of the dividend (C fmod); MIL's mod is the floor modulo.
-    # On magnitudes both agree, so fmod(x, y) = sign(x) * mod(|x|, |y|), exactly.
-    e = Ew(ctx.b)
-    t = ctx.out_type(node)
-    m = ctx.b.op("mod", t, x=e.unary("abs", x), y=e.unary("abs", y))
-    return e.select(e.compare("less", x, scalar_like(x, 0)),
-                    e.binary("mul", m, scalar_like(m, -1)), m)
+    return e.select(fix, e.binary("add", q, scalar_like(x, 1)), q), y, zero
 
 
 @lowering("log1p")
@@ -244,13 +252,19 @@ def _integer_pow(ctx, node, x):
     e = Ew(ctx.b)
     if y == 0:
         return ctx.b.full(ctx.out_type(node), 1)
+    dtype = node.inputs[0].type.dtype
+    if dtype in SMALL:  # int8 / uint8, carried as int32: wrapped after every product, so
+        # that no int32 intermediate overflows (coreml/smallint.py)
+        mul = lambda a, b: wrap(ctx.b, e.binary("mul", a, b), dtype)  # noqa: E731
+    else:
+        mul = lambda a, b: e.binary("mul", a, b)  # noqa: E731
     acc, base, n = None, x, abs(y)
     while n > 0:
         if n & 1:
-            acc = base if acc is None else e.binary("mul", acc, base)
+            acc = base if acc is None else mul(acc, base)
         n >>= 1
         if n:
-            base = e.binary("mul", base, base)
+            base = mul(base, base)
     if y < 0:
         acc = e.binary("real_div", scalar_like(x, 1), acc)
     return acc

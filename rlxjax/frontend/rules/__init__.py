@@ -8,3 +8,4 @@ from . import collective  # noqa: F401
 from . import special  # noqa: F401
 from . import linalg  # noqa: F401
 from . import bitwise, monoid  # noqa: F401
+from . import bitcast  # noqa: F401

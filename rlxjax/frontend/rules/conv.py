@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import dtype_from_numpy
+from ...ir import DType, dtype_from_numpy
 from ..registry import rule
+from .linear import compute_dtype
 
 MAX_SPATIAL = 3  # MIL conv takes 1 to 3 spatial dims
 
@@ -19,15 +20,14 @@ MAX_SPATIAL = 3  # MIL conv takes 1 to 3 spatial dims
 @rule("conv_general_dilated")
 def _conv_general_dilated(ctx, eqn, lhs, rhs):
     p = eqn.params
-    if lhs.dtype != rhs.dtype:
-        raise ctx.unsupported(f"operands of different dtypes ({lhs.dtype}, {rhs.dtype})")
-    pet = p.get("preferred_element_type")
-    if pet is not None and dtype_from_numpy(pet) != lhs.dtype:
-        raise ctx.unsupported(f"preferred_element_type {np.dtype(pet)} differs from the "
-                              f"operand dtype {lhs.dtype}")
-    if not lhs.dtype.is_float:
-        raise ctx.unsupported(f"{lhs.dtype.np.name} convolution (Core ML convolves fp16/fp32 "
-                              "only); convert the operands to float32")
+    out = dtype_from_numpy(eqn.outvars[0].aval.dtype)
+    if out == DType.bool:
+        raise ctx.unsupported("a bool convolution: convert the operands to int32")
+    # operand / result dtypes as for dot_general (rules/linear.py); integer convolutions
+    # are lowered exactly (coreml/rules/conv_int.py)
+    compute = compute_dtype(lhs.dtype, rhs.dtype, out)
+    lhs, rhs = (v if v.dtype == compute else ctx.add("convert", v, dtype=compute)
+                for v in (lhs, rhs))
     n_spatial = lhs.type.rank - 2
     if not 1 <= n_spatial <= MAX_SPATIAL:
         raise ctx.unsupported(f"{n_spatial} spatial dimensions (Core ML's conv takes 1 to "
@@ -46,4 +46,5 @@ def _conv_general_dilated(ctx, eqn, lhs, rhs):
                 batch_groups=int(p["batch_group_count"]))
     if any(d == 0 for d in y.shape):
         raise ctx.unsupported(f"a convolution with an empty result {y.type}")
-    return ctx.transpose(y, np.argsort(out_spec))
+    y = ctx.transpose(y, np.argsort(out_spec))
+    return y if compute == out else ctx.add("convert", y, dtype=out)

@@ -131,6 +131,10 @@ def _select_and_scatter_add(ctx, eqn, source, operand):
     # can be selected, their cotangent is dropped), scatter, cut the padding off.
     sel = _select_kind(ctx, eqn)
     window, strides, dilation = _window(ctx, eqn, operand)
+    if operand.dtype == DType.bool:  # False < True; the scattered sum of bools is their OR
+        source, operand = (ctx.add("convert", v, dtype=DType.i32) for v in (source, operand))
+        out = _select_and_scatter_add(ctx, eqn, source, operand)
+        return ctx.add("ne", out, ctx.constant(np.zeros((), np.int32)))
     padding = eqn.params["padding"]
     padded = _pad(ctx, operand, _identity(_SELECT_KIND[sel], operand.dtype), padding)
     out = ctx.add("select_and_scatter_add", source, padded, select=sel, window=window,

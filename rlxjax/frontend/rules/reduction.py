@@ -23,17 +23,25 @@ for _p in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
         return ctx.add(_p, x, axes=axes)
 
 
+_INDEX_DTYPES = {np.dtype("int32"): None, np.dtype("uint32"): None,
+                 np.dtype("int8"): DType.i8, np.dtype("uint8"): DType.u8}
+
 for _p in ("argmax", "argmin"):
 
     @rule(_p)
     def _arg(ctx, eqn, x, _p=_p):
         (axis,) = eqn.params["axes"]
-        if np.dtype(eqn.params["index_dtype"]) != np.dtype("int32"):
-            raise ctx.unsupported(f"index_dtype {eqn.params['index_dtype']} (only int32: "
-                                  "Core ML has no int64)")
+        index = np.dtype(eqn.params["index_dtype"])
+        if index not in _INDEX_DTYPES:
+            raise ctx.unsupported(f"index_dtype {index} (int32, uint32, int8 or uint8: Core "
+                                  "ML has no 64- or 16-bit integers)")
         if x.dtype == DType.bool:  # False < True, first index among ties as for numbers
             x = ctx.add("convert", x, dtype=DType.i32)
-        return ctx.add(_p, x, axis=int(axis), index_dtype=DType.i32)
+        i = ctx.add(_p, x, axis=int(axis), index_dtype=DType.i32)
+        # uint32 is carried as int32 (frontend/uint32.py); 8-bit indices: the low bits of
+        # the int32 index, as XLA computes them
+        small = _INDEX_DTYPES[index]
+        return i if small is None else ctx.add("convert", i, dtype=small)
 
 
 @rule("reduce_or", "reduce_and")

@@ -143,10 +143,11 @@ def _clamp(p, lo, x, hi):
 def _convert(p, x):
     to = np.dtype(p["dtype"].np)
     if to.kind in "iu" and x.dtype.kind == "f":
+        # XLA (jax.jit on CPU): truncate, saturate at the type's range, NaN -> 0; the Core
+        # ML lowering (coreml/rules/convert.py) computes the same
         info = np.iinfo(to)
-        if not np.all(np.isfinite(x)) or np.any(x <= info.min - 1.0) or \
-                np.any(x >= info.max + 1.0):
-            return None  # NaN / out of range: each backend saturates or wraps its own way
+        t = np.trunc(x.astype(np.float64))
+        return np.asarray(np.clip(np.where(np.isnan(t), 0, t), info.min, info.max).astype(to))
     if to == np.bool_:
         return np.asarray(x != 0)
     return np.asarray(x.astype(to))
