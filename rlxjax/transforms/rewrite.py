@@ -60,8 +60,8 @@ class Appender(Builder):
         super().__init__(graph, source)
         self.nodes: List[Node] = []
 
-    def add_node(self, op: str, inputs: Iterable[Value], **params) -> Node:
-        n = super().add_node(op, tuple(inputs), **params)
+    def build(self, op: str, inputs: Iterable[Value], params: dict) -> Node:
+        n = super().build(op, tuple(inputs), params)
         self.nodes.append(n)
         return n
 
