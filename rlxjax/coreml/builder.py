@@ -10,6 +10,7 @@ interpreter's (the interpreter is the oracle that checks this lowering).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -18,7 +19,8 @@ from coremltools.proto import MIL_pb2
 
 from ..ir import DType, TensorType
 from ..ir.types import Typed
-from .ct_private import blob_file_value, scalar_value, tensor_value, tensor_value_type
+from .ct_private import (blob_file_value, scalar_value, set_string_value, tensor_value,
+                         tensor_value_type)
 
 BLOB_MIN_ELEMENTS = 10
 # A filled tensor up to this size is a constant; a larger one a ``fill`` op, so that the
@@ -37,7 +39,10 @@ _PROTO_DTYPE = {
 _MIL_CAST_NAME = {DType.f32: "fp32", DType.f16: "fp16", DType.i32: "int32", DType.bool: "bool"}
 
 
+@functools.lru_cache(maxsize=4096)
 def value_type(t: TensorType) -> MIL_pb2.ValueType:
+    """The MIL ``ValueType`` of ``t``, made once per type: shared, so copy it (``CopyFrom``,
+    or as a field of a new message), never change it."""
     return tensor_value_type(t.shape, _PROTO_DTYPE[t.dtype])
 
 
@@ -267,7 +272,7 @@ def _op_proto(op: _Op) -> MIL_pb2.Operation:
             vt = value_type(o.type)
         p.outputs.add(name=o.name, type=vt)
     if op.outputs:  # an op without outputs (write_state) carries its name in attrs
-        p.attributes["name"].CopyFrom(scalar_value(op.outputs[0].name))
+        set_string_value(p.attributes["name"], op.outputs[0].name)
     for k, v in op.attrs.items():
         p.attributes[k].CopyFrom(v)
     for blk in op.blocks:
