@@ -246,8 +246,9 @@ class MilBuilder:
         return tuple(outs)
 
     # -- serialisation -------------------------------------------------------------
-    def to_proto(self) -> List[MIL_pb2.Operation]:
-        return [_op_proto(op) for op in self.ops]
+    def write_ops(self, block: MIL_pb2.Block) -> None:
+        """Append the ops, serialised, to ``block.operations`` (made in place: no copies)."""
+        _write_ops(self.ops, block)
 
 
 def _dtype_of(arr: np.ndarray) -> DType:
@@ -256,15 +257,20 @@ def _dtype_of(arr: np.ndarray) -> DType:
     return dtype_from_numpy(arr.dtype)
 
 
-def _binding(v) -> MIL_pb2.Argument:
-    vs = v if isinstance(v, list) else [v]
-    return MIL_pb2.Argument(arguments=[MIL_pb2.Argument.Binding(name=x.name) for x in vs])
+def _write_ops(ops: List[_Op], block: MIL_pb2.Block) -> None:
+    add = block.operations.add
+    for op in ops:
+        _write_op(op, add(type=op.type))
 
 
-def _op_proto(op: _Op) -> MIL_pb2.Operation:
-    p = MIL_pb2.Operation(type=op.type)
-    for k, v in op.inputs.items():
-        p.inputs[k].CopyFrom(_binding(v))
+def _write_op(op: _Op, p: MIL_pb2.Operation) -> None:
+    for k, v in op.inputs.items():  # each a binding by name: a var, or a list of vars
+        add = p.inputs[k].arguments.add
+        if isinstance(v, list):
+            for x in v:
+                add(name=x.name)
+        else:
+            add(name=v.name)
     for o in op.outputs:
         if o.type is None:  # string const
             vt = op.attrs["val"].type
@@ -276,9 +282,8 @@ def _op_proto(op: _Op) -> MIL_pb2.Operation:
     for k, v in op.attrs.items():
         p.attributes[k].CopyFrom(v)
     for blk in op.blocks:
-        p.blocks.add(
+        sub = p.blocks.add(
             inputs=[MIL_pb2.NamedValueType(name=v.name, type=value_type(v.type))
                     for v in blk.inputs],
-            outputs=[v.name for v in blk.outputs],
-            operations=[_op_proto(o) for o in blk.ops])
-    return p
+            outputs=[v.name for v in blk.outputs])
+        _write_ops(blk.ops, sub)

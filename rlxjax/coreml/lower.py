@@ -246,9 +246,11 @@ def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Mo
     meta.userDefined["rlxjax.version"] = __version__
     meta.userDefined["rlxjax.io"] = json.dumps(
         {"inputs": [asdict(s) for s in in_specs], "outputs": [asdict(s) for s in out_specs]})
-    block = MIL_pb2.Block(outputs=block_outputs, operations=b.to_proto())
-    fn = MIL_pb2.Function(inputs=fn_inputs, opset=target.opset)
-    fn.block_specializations[target.opset].CopyFrom(block)
     model.mlProgram.version = 1
-    model.mlProgram.functions["main"].CopyFrom(fn)
+    fn = model.mlProgram.functions["main"]  # built in place: a program is not copied
+    fn.inputs.extend(fn_inputs)
+    fn.opset = target.opset
+    block = fn.block_specializations[target.opset]
+    block.outputs.extend(block_outputs)
+    b.write_ops(block)
     return model
