@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import List, Tuple
 
 import numpy as np
@@ -47,6 +47,9 @@ class IOSpec:
     def from_feature(self, y) -> np.ndarray:
         """A Core ML output feature -> the JAX-side value."""
         return np.asarray(y).reshape(self.shape).astype(self.dtype, copy=False)
+
+
+_IO_FIELDS = tuple(f.name for f in fields(IOSpec))
 
 
 def sanitize(name: str) -> str:
@@ -238,6 +241,12 @@ def _feature(spec: IOSpec) -> Model_pb2.FeatureDescription:
                                         type=FeatureTypes_pb2.FeatureType(multiArrayType=arr))
 
 
+def _plain(spec: IOSpec) -> dict:
+    """``dataclasses.asdict(spec)`` without its deep copy (the fields are strings and int
+    tuples; a gradient program has an output per parameter)."""
+    return {f: getattr(spec, f) for f in _IO_FIELDS}
+
+
 def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Model_pb2.Model:
     model = Model_pb2.Model(specificationVersion=target.spec_version)
     model.description.input.extend(_feature(s) for s in in_specs)
@@ -245,7 +254,7 @@ def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Mo
     meta = model.description.metadata
     meta.userDefined["rlxjax.version"] = __version__
     meta.userDefined["rlxjax.io"] = json.dumps(
-        {"inputs": [asdict(s) for s in in_specs], "outputs": [asdict(s) for s in out_specs]})
+        {"inputs": [_plain(s) for s in in_specs], "outputs": [_plain(s) for s in out_specs]})
     model.mlProgram.version = 1
     fn = model.mlProgram.functions["main"]  # built in place: a program is not copied
     fn.inputs.extend(fn_inputs)
