@@ -373,7 +373,15 @@ class _Edits:
 
 def _stable_toposort(graph: Graph) -> None:
     """Restore topological order, moving as little as possible (a batch_norm_train placed
-    at its y may define running statistics read earlier)."""
+    at its y may define running statistics read earlier). An order that is already
+    topological is what the sort would give back: it is kept without sorting."""
+    defined = {v.id for _, v in graph.inputs}
+    for n in graph.nodes:
+        if not all(v.id in defined for v in n.inputs):
+            break
+        defined.update([v.id for v in n.outputs])
+    else:
+        return
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     producer = {v.id: n for n in graph.nodes for v in n.outputs}
     waiting = {id(n): 0 for n in graph.nodes}
