@@ -323,7 +323,7 @@ class _Edits:
 
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.readers = users(graph)  # value id -> nodes that read it (or did: see below)
+        self._readers: Optional[Dict[int, List[Node]]] = None  # made at the first rewrite
         self.before: Dict[int, List[Node]] = {}  # id(root node) -> new nodes to go before it
         self._adds: Optional[Dict[tuple, List[Node]]] = None
 
@@ -337,9 +337,18 @@ class _Edits:
                     self._adds.setdefault(tuple(n.output.shape), []).append(n)
         return self._adds.get(tuple(shape), [])
 
+    @property
+    def readers(self) -> Dict[int, List[Node]]:
+        """value id -> nodes that read it (or did: see ``substitute``); listed twice is
+        harmless."""
+        if self._readers is None:
+            self._readers = users(self.graph)
+        return self._readers
+
     def _reads(self, node: Node) -> None:
+        readers = self.readers
         for v in node.inputs:
-            self.readers.setdefault(v.id, []).append(node)
+            readers.setdefault(v.id, []).append(node)
 
     def place_before(self, anchor: Node, nodes: List[Node]) -> None:
         for n in nodes:
@@ -351,8 +360,9 @@ class _Edits:
         """``substitute(graph, mapping)``. A node listed as a reader of a value it no longer
         reads is left as it is (the rewrite is ``mapping.get``, idempotent)."""
         done = set()
+        readers = self.readers
         for old in mapping:
-            for n in self.readers.get(old, ()):
+            for n in readers.get(old, ()):
                 if id(n) not in done:
                     done.add(id(n))
                     n.inputs = tuple(mapping.get(v.id, v) for v in n.inputs)
