@@ -82,6 +82,16 @@ def test_scalar_value_is_rank_0_with_its_dtype(value, dtype, field):
         assert list(getattr(tensor, field).values) == [value]
 
 
+@pytest.mark.parametrize("text", ["add_0", "", "x" * 300, "caf\u00e9_\u03c0"])
+def test_set_string_value_gives_what_scalar_value_gives(text):
+    """Every op's name attribute is written with it (coreml/builder.py)."""
+    dst = MIL_pb2.Value()
+    dst.immediateValue.tensor.floats.values.append(1.0)  # overwritten, not merged
+    ct_private.set_string_value(dst, text)
+    assert dst == ct_private.scalar_value(text)
+    assert dst.SerializeToString() == ct_private.scalar_value(text).SerializeToString()
+
+
 @pytest.mark.parametrize("arr,dtype,field", [
     (np.arange(6, dtype=np.float32).reshape(2, 3), MIL_pb2.FLOAT32, "floats"),
     (np.arange(6, dtype=np.float16), MIL_pb2.FLOAT16, "bytes"),

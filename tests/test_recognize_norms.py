@@ -392,3 +392,48 @@ def test_flax_cnn_groupnorms_are_all_recognised():
     # flax computes E[x²]-E[x]² where the fused op centres first: rounding-level differences
     np.testing.assert_allclose(compiled(params, x), np.asarray(jax.jit(model.apply)(params, x)),
                                rtol=1e-5, atol=1e-5)
+
+
+class _NormChain(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.LayerNorm()(nn.LayerNorm()(x))  # one norm's output is the next one's input
+        x = nn.BatchNorm(use_running_average=False)(nn.RMSNorm()(x))
+        return nn.LayerNorm()(x + nn.Dense(8)(x))
+
+
+def test_batched_edits_give_the_graph_edits_one_by_one_give(monkeypatch):
+    """recognize_norms keeps its edits cheap (``_Edits``: readers through a map, the new
+    nodes placed in one pass at the end): the graph must be the one that placing the new
+    nodes and substituting after each match, one by one, gives."""
+    import sys
+
+    from rlxjax.frontend import trace
+    from rlxjax.transforms.rewrite import insert_before, substitute
+
+    rn = sys.modules["rlxjax.transforms.recognize_norms"]  # the package exports the function
+
+    class OneByOne(rn._Edits):
+        def place_before(self, anchor, nodes):
+            insert_before(self.graph, anchor, nodes)
+
+        def substitute(self, mapping):
+            substitute(self.graph, mapping)
+
+        def place(self):
+            pass
+
+    rng = np.random.default_rng(14)
+    m, x = _NormChain(), _rand(rng, 4, 3, 8)
+    v = m.init(jax.random.PRNGKey(0), x)
+
+    def rewritten():
+        traced = trace(lambda v, x: m.apply(v, x, mutable=["batch_stats"]), [v, x], ["v", "x"])
+        found = recognize_norms(traced.graph)
+        verify(traced.graph)
+        return found, str(traced.graph)
+
+    batched = rewritten()
+    monkeypatch.setattr(rn, "_Edits", OneByOne)
+    assert rewritten() == batched
+    assert batched[0] == {"layer_norm": 3, "rms_norm": 1, "batch_norm_train": 1}

@@ -10,6 +10,7 @@ interpreter's (the interpreter is the oracle that checks this lowering).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -18,7 +19,8 @@ from coremltools.proto import MIL_pb2
 
 from ..ir import DType, TensorType
 from ..ir.types import Typed
-from .ct_private import blob_file_value, scalar_value, tensor_value, tensor_value_type
+from .ct_private import (blob_file_value, scalar_value, set_string_value, tensor_value,
+                         tensor_value_type)
 
 BLOB_MIN_ELEMENTS = 10
 # A filled tensor up to this size is a constant; a larger one a ``fill`` op, so that the
@@ -40,7 +42,10 @@ _MIL_CAST_NAME = {DType.f32: "fp32", DType.f16: "fp16", DType.i32: "int32", DTyp
                   DType.i8: "int8", DType.u8: "uint8"}
 
 
+@functools.lru_cache(maxsize=4096)
 def value_type(t: TensorType) -> MIL_pb2.ValueType:
+    """The MIL ``ValueType`` of ``t``, made once per type: shared, so copy it (``CopyFrom``,
+    or as a field of a new message), never change it."""
     return tensor_value_type(t.shape, _PROTO_DTYPE[t.dtype])
 
 
@@ -244,8 +249,9 @@ class MilBuilder:
         return tuple(outs)
 
     # -- serialisation -------------------------------------------------------------
-    def to_proto(self) -> List[MIL_pb2.Operation]:
-        return [_op_proto(op) for op in self.ops]
+    def write_ops(self, block: MIL_pb2.Block) -> None:
+        """Append the ops, serialised, to ``block.operations`` (made in place: no copies)."""
+        _write_ops(self.ops, block)
 
 
 def _dtype_of(arr: np.ndarray) -> DType:
@@ -254,15 +260,20 @@ def _dtype_of(arr: np.ndarray) -> DType:
     return dtype_from_numpy(arr.dtype)
 
 
-def _binding(v) -> MIL_pb2.Argument:
-    vs = v if isinstance(v, list) else [v]
-    return MIL_pb2.Argument(arguments=[MIL_pb2.Argument.Binding(name=x.name) for x in vs])
+def _write_ops(ops: List[_Op], block: MIL_pb2.Block) -> None:
+    add = block.operations.add
+    for op in ops:
+        _write_op(op, add(type=op.type))
 
 
-def _op_proto(op: _Op) -> MIL_pb2.Operation:
-    p = MIL_pb2.Operation(type=op.type)
-    for k, v in op.inputs.items():
-        p.inputs[k].CopyFrom(_binding(v))
+def _write_op(op: _Op, p: MIL_pb2.Operation) -> None:
+    for k, v in op.inputs.items():  # each a binding by name: a var, or a list of vars
+        add = p.inputs[k].arguments.add
+        if isinstance(v, list):
+            for x in v:
+                add(name=x.name)
+        else:
+            add(name=v.name)
     for o in op.outputs:
         if o.type is None:  # string const
             vt = op.attrs["val"].type
@@ -270,13 +281,12 @@ def _op_proto(op: _Op) -> MIL_pb2.Operation:
             vt = value_type(o.type)
         p.outputs.add(name=o.name, type=vt)
     if op.outputs:  # an op without outputs (write_state) carries its name in attrs
-        p.attributes["name"].CopyFrom(scalar_value(op.outputs[0].name))
+        set_string_value(p.attributes["name"], op.outputs[0].name)
     for k, v in op.attrs.items():
         p.attributes[k].CopyFrom(v)
     for blk in op.blocks:
-        p.blocks.add(
+        sub = p.blocks.add(
             inputs=[MIL_pb2.NamedValueType(name=v.name, type=value_type(v.type))
                     for v in blk.inputs],
-            outputs=[v.name for v in blk.outputs],
-            operations=[_op_proto(o) for o in blk.ops])
-    return p
+            outputs=[v.name for v in blk.outputs])
+        _write_ops(blk.ops, sub)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import List, Tuple
 
 import numpy as np
@@ -48,6 +48,9 @@ class IOSpec:
     def from_feature(self, y) -> np.ndarray:
         """A Core ML output feature -> the JAX-side value."""
         return np.asarray(y).reshape(self.shape).astype(self.dtype, copy=False)
+
+
+_IO_FIELDS = tuple(f.name for f in fields(IOSpec))
 
 
 def sanitize(name: str) -> str:
@@ -257,6 +260,12 @@ def _feature(spec: IOSpec) -> Model_pb2.FeatureDescription:
                                         type=FeatureTypes_pb2.FeatureType(multiArrayType=arr))
 
 
+def _plain(spec: IOSpec) -> dict:
+    """``dataclasses.asdict(spec)`` without its deep copy (the fields are strings and int
+    tuples; a gradient program has an output per parameter)."""
+    return {f: getattr(spec, f) for f in _IO_FIELDS}
+
+
 def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Model_pb2.Model:
     model = Model_pb2.Model(specificationVersion=target.spec_version)
     model.description.input.extend(_feature(s) for s in in_specs)
@@ -264,10 +273,12 @@ def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Mo
     meta = model.description.metadata
     meta.userDefined["rlxjax.version"] = __version__
     meta.userDefined["rlxjax.io"] = json.dumps(
-        {"inputs": [asdict(s) for s in in_specs], "outputs": [asdict(s) for s in out_specs]})
-    block = MIL_pb2.Block(outputs=block_outputs, operations=b.to_proto())
-    fn = MIL_pb2.Function(inputs=fn_inputs, opset=target.opset)
-    fn.block_specializations[target.opset].CopyFrom(block)
+        {"inputs": [_plain(s) for s in in_specs], "outputs": [_plain(s) for s in out_specs]})
     model.mlProgram.version = 1
-    model.mlProgram.functions["main"].CopyFrom(fn)
+    fn = model.mlProgram.functions["main"]  # built in place: a program is not copied
+    fn.inputs.extend(fn_inputs)
+    fn.opset = target.opset
+    block = fn.block_specializations[target.opset]
+    block.outputs.extend(block_outputs)
+    b.write_ops(block)
     return model

@@ -62,7 +62,8 @@ def _cse_top_block(top) -> int:
     dropped = defaultdict(list)    # id(block) -> indices of dropped ops
     for site in walk(top):
         op = site.op
-        _rename_inputs(op, rename)
+        if rename:  # nothing to rename before the first duplicate
+            _rename_inputs(op, rename)
         if not is_pure(op):
             continue
         _, seen, interface = _scope(scopes, site.block, site.parent)

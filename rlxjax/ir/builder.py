@@ -41,16 +41,24 @@ class Builder:
         return _At(self, source)
 
     # -- nodes ---------------------------------------------------------------------------
-    def add_node(self, op: str, inputs: Sequence["Value"], **params: Any) -> "Node":
+    def build(self, op: str, inputs: Sequence["Value"], params: dict) -> "Node":
+        """Every node of this builder is made here (a layer that must see each one, as
+        ``Appender`` does, overrides this); ``params`` is the node's own dict."""
         return self.graph.add_node(op, inputs, params, self.source)
+
+    def add_node(self, op: str, inputs: Sequence["Value"], **params: Any) -> "Node":
+        return self.build(op, inputs, params)
 
     def add(self, op: str, *inputs: "Value", **params: Any) -> "Value":
         """A single-output node; returns its value."""
-        return self.add_node(op, inputs, **params).output
+        outs = self.build(op, inputs, params).outputs
+        if len(outs) != 1:
+            raise ValueError(f"{op} has {len(outs)} outputs")
+        return outs[0]
 
     def add_multi(self, op: str, inputs: Sequence["Value"], **params: Any) -> Tuple["Value", ...]:
         """A node with any number of outputs; returns them all."""
-        return self.add_node(op, inputs, **params).outputs
+        return self.build(op, inputs, params).outputs
 
     # -- constants -----------------------------------------------------------------------
     def constant(self, value, dtype=None) -> "Value":
@@ -61,7 +69,7 @@ class Builder:
 
     def _make_constant(self, arr: np.ndarray) -> "Value":
         dtype_from_numpy(arr.dtype)  # reject int64/float64 early with a clear message
-        return self.add_node("constant", (), value=arr).output
+        return self.build("constant", (), {"value": arr}).outputs[0]
 
     def scalar(self, v, like) -> "Value":
         """A rank-0 constant ``v`` of ``like``'s dtype (broadcasts against ``like``)."""

@@ -27,9 +27,12 @@ from .types import DType, Dyn, TensorType, Typed, dtype_from_numpy
 
 #: Leaf values a parameter may hold (besides arrays and tuples of these).
 _PLAIN = (type(None), bool, int, float, str, DType, Dyn)
+_PLAIN_TYPES = frozenset(_PLAIN)  # exact types: the common case, checked first
 
 
 def _freeze(v: Any) -> Any:
+    if type(v) in _PLAIN_TYPES:
+        return v
     if isinstance(v, np.ndarray):
         a = np.array(v, copy=True)
         a.setflags(write=False)
@@ -73,7 +76,7 @@ class Params(Mapping[str, Any]):
     __slots__ = ("_items", "_hash", "_fits")
 
     def __init__(self, items: Mapping[str, Any] | None = None):
-        frozen = {k: _freeze(v) for k, v in sorted((items or {}).items())}
+        frozen = {k: _freeze(v) for k, v in sorted(items.items())} if items else {}
         object.__setattr__(self, "_items", frozen)
         object.__setattr__(self, "_hash", None)
         object.__setattr__(self, "_fits", None)
@@ -140,7 +143,10 @@ class Node:
     """One op application. ``regions``: the closed sub-graphs the op runs (control flow),
     by name as the op's record declares them (``OpDef.regions``); empty for other ops."""
 
-    __slots__ = ("op", "params", "inputs", "outputs", "source", "regions")
+    # typed: (op, params, input types, output types) of the last type inference of this
+    # node (Graph.add_node, the verifier), or None; inference is a function of the first
+    # three, so the verifier re-infers only a node a pass has changed (ir/verify.py)
+    __slots__ = ("op", "params", "inputs", "outputs", "source", "regions", "typed")
 
     def __init__(self, op: str, params: Params, inputs: Tuple[Value, ...], outputs: Tuple[Value, ...],
                  source: Optional[str] = None, regions: Optional[Mapping[str, Region]] = None):
@@ -150,6 +156,7 @@ class Node:
         self.outputs = outputs
         self.source = source
         self.regions = _regions(regions)
+        self.typed = None
 
     def subgraphs(self) -> Iterator["Graph"]:
         """Every region graph of this node (not nested ones), in declaration order."""
@@ -190,14 +197,18 @@ class Graph:
                  regions: Optional[Mapping[str, Region]] = None) -> Node:
         """Append a node. A region op's regions may also be given among ``params`` under
         the names its record declares (``OpDef.regions``): they are moved to ``regions``."""
-        if regions is None and params and not isinstance(params, Params):
-            params, regions = split_regions(op, params)
-        params = params if isinstance(params, Params) else Params(params)
+        if not isinstance(params, Params):
+            if regions is None and params:
+                params, regions = split_regions(op, params)
+            params = Params(params)
         inputs = tuple(inputs)
-        regions = _regions(regions)
-        out_types = infer_types(op, [v.type for v in inputs], params, regions)
+        in_types = tuple([v.type for v in inputs])
         node = Node(op, params, inputs, (), source, regions)
-        node.outputs = tuple(self.new_value(t, node, i) for i, t in enumerate(out_types))
+        out_types = tuple(infer_types(op, in_types, params, node.regions))
+        ids = self._ids
+        node.outputs = tuple([Value(next(ids), t, node, i) for i, t in enumerate(out_types)])
+        if not node.regions:
+            node.typed = (op, params, in_types, out_types)
         self.nodes.append(node)
         return node
 

@@ -87,7 +87,7 @@ def compile_schema(op: str, schema: Mapping[str, "Param"]) -> Callable[[Mapping]
             ok = checks.get(k)
             if ok is None or not ok(v):
                 return param_errors(op, schema, params)
-        if len(required) <= len(items) and all(k in items for k in required):
+        if items.keys() >= required:
             return None
         return param_errors(op, schema, params)
 

@@ -6,6 +6,8 @@ later stage can name them in an error; lowering to Core ML rejects them explicit
 from __future__ import annotations
 
 import enum
+import functools
+import math
 from dataclasses import dataclass
 from typing import Tuple, Union
 
@@ -24,7 +26,7 @@ class DType(enum.Enum):
 
     @property
     def np(self) -> np.dtype:
-        return np.dtype(_TO_NUMPY[self])
+        return _NP_DTYPES[self]
 
     @property
     def is_float(self) -> bool:
@@ -49,6 +51,7 @@ _TO_NUMPY = {
     DType.u8: "uint8",
 }
 _FROM_NUMPY = {np.dtype(v): k for k, v in _TO_NUMPY.items()}
+_NP_DTYPES = {k: np.dtype(v) for k, v in _TO_NUMPY.items()}
 
 
 
@@ -90,8 +93,13 @@ class TensorType:
 
     def __post_init__(self):
         shape = self.shape
-        if type(shape) is tuple and all(type(d) is int and d >= 0 for d in shape):
-            return  # already canonical (the common case: skip the rebuild)
+        if type(shape) is tuple:
+            for d in shape:
+                if type(d) is not int or d < 0:
+                    break
+            else:  # already canonical and static (the common case: skip the rebuild)
+                self.__dict__["is_static"] = True  # what the cached property would say
+                return
         shape = tuple(d if isinstance(d, Dyn) else int(d) for d in shape)
         for d in shape:
             if isinstance(d, int) and d < 0:
@@ -102,7 +110,7 @@ class TensorType:
     def rank(self) -> int:
         return len(self.shape)
 
-    @property
+    @functools.cached_property  # the shape never changes (and is asked for per node)
     def is_static(self) -> bool:
         return all(isinstance(d, int) for d in self.shape)
 
@@ -110,7 +118,7 @@ class TensorType:
     def size(self) -> int:
         if not self.is_static:
             raise ValueError(f"size of dynamic shape {self}")
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def with_dtype(self, dtype: DType) -> "TensorType":
         return TensorType(self.shape, dtype)

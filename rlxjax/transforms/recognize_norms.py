@@ -24,11 +24,11 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ..ir import Graph, Value, verify
+from ..ir import Graph, Node, Value, verify
 from .norm_patterns.analysis import Analysis, Elem, combine
 from .norm_patterns.classify import (Candidate, ParamPlan, bn_axis, build_param, candidates,
                                      param_plan, running_update, shortest_float)
-from .rewrite import Appender, dce, substitute
+from .rewrite import Appender, dce, users
 
 __all__ = ["recognize_norms"]
 
@@ -55,18 +55,20 @@ def recognize_norms(graph: Graph) -> Dict[str, int]:
     found: Counter = Counter()
     consumed: set = set()
     readers = _readers(graph)
+    edits = _Edits(graph)
     for node in reversed(list(graph.nodes)):
         if not _root_candidate(node):
             continue
         y = node.output
         if not (y.dtype.is_float and y.type.is_static and y.type.rank >= 1):
             continue
-        m = _match(an, graph, y, consumed, readers)
+        m = _match(an, edits, y, consumed, readers)
         if m is not None:
-            _rewrite(graph, m)
+            _rewrite(graph, m, edits)
             consumed.add(m.inv)
             found[m.op] += 1
     if found:
+        edits.place()
         _stable_toposort(graph)
         dce(graph)
         verify(graph)
@@ -123,7 +125,7 @@ def _read_elsewhere(readers, root: Value, tree: List[Value]) -> bool:
     return any(r not in inside for v in tree if v.id != root.id for r in readers.get(v.id, ()))
 
 
-def _match(an: Analysis, graph: Graph, y: Value, consumed, readers) -> Optional[Match]:
+def _match(an: Analysis, edits: "_Edits", y: Value, consumed, readers) -> Optional[Match]:
     splits = [(y, None)]
     if y.node.op == "add":
         a, b = y.node.inputs
@@ -138,7 +140,7 @@ def _match(an: Analysis, graph: Graph, y: Value, consumed, readers) -> Optional[
         core = _statistics_core(an, leaves, y.shape, consumed)
         if core is not None:
             e, rest = core
-            m = _choose(an, graph, y, e, rest, beta)
+            m = _choose(an, edits, y, e, rest, beta)
         else:
             m = _frozen_batch_norm(an, y, leaves, beta, consumed)
         if m is not None:
@@ -201,7 +203,7 @@ def _pick(cands: List[Candidate], gamma, beta, shape):
     return fitting[0] if fitting else None
 
 
-def _choose(an, graph, y, e: Elem, rest, beta) -> Optional[Match]:
+def _choose(an, edits, y, e: Elem, rest, beta) -> Optional[Match]:
     ok, gamma = _gamma(rest, y.dtype)
     xo = _x_operand(e, y.shape) if ok else None
     if xo is None:
@@ -210,7 +212,7 @@ def _choose(an, graph, y, e: Elem, rest, beta) -> Optional[Match]:
     cands = candidates(labels, e.kind)
     extra, more = [], []
     if e.kind == "norm":
-        bn = _batch_stats_update(an, graph, e, labels)
+        bn = _batch_stats_update(an, edits, e, labels)
         if bn is not None:
             cands.insert(0, bn[0])
             extra, more = bn[1], bn[2]
@@ -224,7 +226,7 @@ def _choose(an, graph, y, e: Elem, rest, beta) -> Optional[Match]:
                  gplan, bplan, extra, more)
 
 
-def _batch_stats_update(an, graph, e: Elem, labels):
+def _batch_stats_update(an, edits, e: Elem, labels):
     """flax's BatchNorm(use_running_average=False): the graph must also compute
     ``m·running + (1-m)·batch_stat`` for the mean and the (biased) variance of these groups,
     with the same m; those values become the node's outputs 1 and 2."""
@@ -233,13 +235,12 @@ def _batch_stats_update(an, graph, e: Elem, labels):
         return None
     reps = np.moveaxis(labels, a, 0).reshape(labels.shape[a], -1)[:, 0]
     found = {}
-    for n in graph.nodes:
-        if n.op == "add" and len(n.outputs) == 1 and n.output.shape == reps.shape:
-            for want in ("mean", "var"):
-                if want not in found:
-                    u = running_update(an, n.output, want, e, reps)
-                    if u is not None:
-                        found[want] = u
+    for n in edits.adds(reps.shape):
+        for want in ("mean", "var"):
+            if want not in found:
+                u = running_update(an, n.output, want, e, reps)
+                if u is not None:
+                    found[want] = u
     if len(found) < 2 or found["mean"].momentum != found["var"].momentum:
         return None
     cand = Candidate("batch_norm_train", {"axis": a, "momentum": found["mean"].momentum}, (a,))
@@ -295,7 +296,7 @@ def _frozen_batch_norm(an: Analysis, y: Value, leaves, beta, consumed) -> Option
 
 
 # -- rewriting ----------------------------------------------------------------------------
-def _rewrite(graph: Graph, m: Match) -> None:
+def _rewrite(graph: Graph, m: Match, edits: "_Edits") -> None:
     app = Appender(graph, source=m.root.node.source)
     shape = m.root.shape
     base, pos = m.x
@@ -304,15 +305,93 @@ def _rewrite(graph: Graph, m: Match) -> None:
     inputs += [build_param(app, t) if isinstance(t, ParamPlan) else t for t in m.extra]
     node = app.add_node(m.op, inputs, eps=m.eps, has_gamma=m.gamma is not None,
                         has_beta=m.beta is not None, **m.params)
-    app.place_before(m.root.node)
+    edits.place_before(m.root.node, app.nodes)
     mapping = {m.root.id: node.outputs[0]}
     mapping.update({old.id: new for old, new in zip(m.more_outputs, node.outputs[1:])})
-    substitute(graph, mapping)
+    edits.substitute(mapping)
+
+
+class _Edits:
+    """The rewrites' edits at a cost linear in the graph, not in the graph times the number
+    of norms (what ``place_before`` and ``substitute`` cost, each a pass over the graph):
+    readers are found through a map of who reads each value (kept up to date), and the new
+    nodes are moved before their roots in one pass at the end (``place``), giving the order
+    the moves one by one would. Matching in between sees the new nodes at the end of the
+    graph, which changes nothing: it reads producers and the graph's ``add`` nodes only
+    (``_batch_stats_update``, through ``adds``, listed once), and a rewrite makes no
+    ``add``."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._readers: Optional[Dict[int, List[Node]]] = None  # made at the first rewrite
+        self.before: Dict[int, List[Node]] = {}  # id(root node) -> new nodes to go before it
+        self._adds: Optional[Dict[tuple, List[Node]]] = None
+
+    def adds(self, shape) -> List[Node]:
+        """The graph's single-output ``add`` nodes of ``shape``, in graph order (made once:
+        rewrites add no ``add`` node and remove none)."""
+        if self._adds is None:
+            self._adds = {}
+            for n in self.graph.nodes:
+                if n.op == "add" and len(n.outputs) == 1:
+                    self._adds.setdefault(tuple(n.output.shape), []).append(n)
+        return self._adds.get(tuple(shape), [])
+
+    @property
+    def readers(self) -> Dict[int, List[Node]]:
+        """value id -> nodes that read it (or did: see ``substitute``); listed twice is
+        harmless."""
+        if self._readers is None:
+            self._readers = users(self.graph)
+        return self._readers
+
+    def _reads(self, node: Node) -> None:
+        readers = self.readers
+        for v in node.inputs:
+            readers.setdefault(v.id, []).append(node)
+
+    def place_before(self, anchor: Node, nodes: List[Node]) -> None:
+        for n in nodes:
+            assert n.op != "add", "a norm rewrite made an add: adds() would miss it"
+            self._reads(n)
+        self.before.setdefault(id(anchor), []).extend(nodes)
+
+    def substitute(self, mapping: Dict[int, Value]) -> None:
+        """``substitute(graph, mapping)``. A node listed as a reader of a value it no longer
+        reads is left as it is (the rewrite is ``mapping.get``, idempotent)."""
+        done = set()
+        readers = self.readers
+        for old in mapping:
+            for n in readers.get(old, ()):
+                if id(n) not in done:
+                    done.add(id(n))
+                    n.inputs = tuple(mapping.get(v.id, v) for v in n.inputs)
+                    self._reads(n)
+        g = self.graph
+        g.outputs = [(name, mapping.get(v.id, v)) for name, v in g.outputs]
+
+    def place(self) -> None:
+        """Move the new nodes (appended to the graph) before their roots."""
+        new = {id(n) for ns in self.before.values() for n in ns}
+        order: List[Node] = []
+        for n in self.graph.nodes:
+            if id(n) not in new:
+                order.extend(self.before.get(id(n), ()))
+                order.append(n)
+        self.graph.nodes = order
 
 
 def _stable_toposort(graph: Graph) -> None:
     """Restore topological order, moving as little as possible (a batch_norm_train placed
-    at its y may define running statistics read earlier)."""
+    at its y may define running statistics read earlier). An order that is already
+    topological is what the sort would give back: it is kept without sorting."""
+    defined = {v.id for _, v in graph.inputs}
+    for n in graph.nodes:
+        if not all(v.id in defined for v in n.inputs):
+            break
+        defined.update([v.id for v in n.outputs])
+    else:
+        return
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     producer = {v.id: n for n in graph.nodes for v in n.outputs}
     waiting = {id(n): 0 for n in graph.nodes}

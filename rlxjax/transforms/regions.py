@@ -18,9 +18,10 @@ def all_regions(graph: Graph) -> List[Graph]:
     stack = [graph]
     while stack:
         for n in stack.pop().nodes:
-            for sub in n.subgraphs():
-                out.append(sub)
-                stack.append(sub)
+            if n.regions:  # few nodes have any: skip the generator for the others
+                for sub in n.subgraphs():
+                    out.append(sub)
+                    stack.append(sub)
     return out
 
 

@@ -11,7 +11,9 @@ def users(graph: Graph) -> Dict[int, List[Node]]:
     """value id -> nodes reading it (each node once per value)."""
     out: Dict[int, List[Node]] = {}
     for n in graph.nodes:
-        for v in dict.fromkeys(n.inputs):
+        ins = n.inputs
+        for v in (ins if len(ins) < 2 or (len(ins) == 2 and ins[0] is not ins[1])
+                  else dict.fromkeys(ins)):
             out.setdefault(v.id, []).append(n)
     return out
 
@@ -35,9 +37,11 @@ def dce(graph: Graph) -> int:
     live = output_ids(graph)
     kept: List[Node] = []
     for n in reversed(graph.nodes):
-        if any(v.id in live for v in n.outputs):
-            kept.append(n)
-            live.update(v.id for v in n.inputs)
+        for v in n.outputs:
+            if v.id in live:
+                kept.append(n)
+                live.update([v.id for v in n.inputs])
+                break
     removed = len(graph.nodes) - len(kept)
     graph.nodes = kept[::-1]
     return removed
@@ -60,8 +64,8 @@ class Appender(Builder):
         super().__init__(graph, source)
         self.nodes: List[Node] = []
 
-    def add_node(self, op: str, inputs: Iterable[Value], **params) -> Node:
-        n = super().add_node(op, tuple(inputs), **params)
+    def build(self, op: str, inputs: Iterable[Value], params: dict) -> Node:
+        n = super().build(op, tuple(inputs), params)
         self.nodes.append(n)
         return n
 

@@ -4,10 +4,12 @@ protobuf, and the oracle the test suite checks rlxjax's programs with.
 The program is read straight from ``coremltools.proto.MIL_pb2`` (not through coremltools' MIL
 builder), so this backend is an independent check on what rlxjax emits. It stays plain:
 
-* ``__init__`` decodes the function once (``_load_block``, the one walk over the protobuf's
-  operations): the signatures of its inputs and states, every const op's value, and per op
-  an ``Op`` - its implementation (``ops.OPS``: one function per MIL op; a method here for
-  ops with nested blocks), its input bindings and its declared output types.
+* ``__init__`` decodes the function once (``_load_block``, the interpreter's one walk over
+  the protobuf's operations, from the top block ``coreml/mil.function_block`` finds for
+  every reader of a program; it recurses into nested blocks itself, as it scopes the names
+  each may read): the signatures of its inputs and states, every const op's value, and per
+  op an ``Op`` - its implementation (``ops.OPS``: one function per MIL op; a method here
+  for ops with nested blocks), its input bindings and its declared output types.
 * ``run`` walks the ops in order (``_run_block``): per op it builds the input dict from the
   environment (value name -> value), calls the implementation and checks the outputs against
   the program's declarations. With fixed input shapes the checked feeds and consts fix every
@@ -24,6 +26,7 @@ import numpy as np
 
 from rlxjax.errors import RlxError
 
+from ...coreml import mil
 from .ops import OPS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
 from .values import BlobFiles, ValueDecodeError, decode_value, tensor_signature
 
@@ -128,7 +131,7 @@ class ReferenceProgram:
         #: name -> declared (dtype, shape) of every tensor value: inputs, states, op outputs
         self.signatures = {**self.input_signatures, **self.state_signatures}
         blobs = BlobFiles(weights_dir)  # every blob is read while loading
-        block = fn.block_specializations[fn.opset]
+        block = mil.function_block(model, function)  # where every reader finds it
         self.body = self._load_block(block, set(self.signatures), blobs, "block")
         self.output_names = self.body.outputs
 

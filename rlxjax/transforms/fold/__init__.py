@@ -94,30 +94,41 @@ class _Folder:
                 known[node.output.id] = self.compute(node.params["value"])
                 nodes.append(node)
                 continue
-            for region, outer, inner in _region_consts(node):
-                count += self._propagate(region, node, outer, inner, known)
-            values = self._evaluate(node, known)
-            if values is None:
+            if node.regions:
+                for region, outer, inner in _region_consts(node):
+                    count += self._propagate(region, node, outer, inner, known)
+            for v in node.inputs:  # the common case, checked first: an input not known
+                if v.id not in known:
+                    nodes.append(node)
+                    break
+            else:
+                values = self._evaluate(node, known)
+                if values is not None:
+                    count += self._replace(graph, node, values, known, nodes, mapping)
+                    continue
                 nodes.append(node)
-                continue
-            largest = max((known[v.id].size for v in node.inputs), default=0)
-            if any(v.size > max(FOLD_MAX_GROWTH, largest) for v in values):
-                known.update((o.id, v) for o, v in zip(node.outputs, values))
-                nodes.append(node)  # stays an op, its value feeds later folds
-                continue
-            for out, val in zip(node.outputs, values):
-                const = graph.add_node("constant", (), {"value": self._stored(val, out)},
-                                       node.source)
-                graph.nodes.pop()  # add_node appended it; it goes where the node was
-                nodes.append(const)
-                mapping[out.id] = const.output
-                known[const.output.id] = val
-            count += 1
         graph.nodes = nodes
         if mapping:
             graph.outputs = [(name, mapping.get(v.id, v)) for name, v in graph.outputs]
             _drop_unread_known(graph, known)
         return count
+
+    def _replace(self, graph, node, values, known, nodes, mapping) -> int:
+        """Put ``node``'s folded ``values`` in its place (in ``nodes``), unless they are too
+        large; returns 1 if it was replaced."""
+        largest = max((known[v.id].size for v in node.inputs), default=0)
+        if any(v.size > max(FOLD_MAX_GROWTH, largest) for v in values):
+            known.update((o.id, v) for o, v in zip(node.outputs, values))
+            nodes.append(node)  # stays an op, its value feeds later folds
+            return 0
+        for out, val in zip(node.outputs, values):
+            const = graph.add_node("constant", (), {"value": self._stored(val, out)},
+                                   node.source)
+            graph.nodes.pop()  # add_node appended it; it goes where the node was
+            nodes.append(const)
+            mapping[out.id] = const.output
+            known[const.output.id] = val
+        return 1
 
     def _evaluate(self, node: Node, known) -> Optional[List[np.ndarray]]:
         opdef = OPS.get(node.op)
