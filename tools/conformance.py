@@ -385,8 +385,14 @@ def run_jobs(jobs, n_procs: int):
             p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                  cwd=ROOT)
-            p.stdin.write("".join(f"{i} {k}\n" for i, k in todo))
-            p.stdin.close()
+            def feed(p=p, todo=todo):  # from a thread: the worker's answers are read meanwhile
+                try:
+                    p.stdin.write("".join(f"{i} {k}\n" for i, k in todo))
+                    p.stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass  # the worker died; its answers so far are read below
+            feeder = threading.Thread(target=feed, daemon=True)
+            feeder.start()
             done = 0
             for line in p.stdout:
                 r = json.loads(line)
@@ -396,6 +402,7 @@ def run_jobs(jobs, n_procs: int):
                         bar.update()
                 done += 1
             rc = p.wait()
+            feeder.join()
             if done < len(todo):
                 i, k = todo[done]
                 h = harnesses()[i]
