@@ -133,6 +133,10 @@ def test_structure_metadata_save_and_export(tmp_path):
         assert arr.dataType == arr.FLOAT16 and name in fn.inputs
     assert [f.name for f in c.spec.description.input] == ["x", "y"]
     assert [f.name for f in c.spec.description.output] == ["out"]
+    # write_state takes exactly its two inputs (coremltools' loader lets unknown ones pass)
+    from rlxjax.coreml.mil import operations
+    writes = [op for op in operations(c.spec) if op.type == "write_state"]
+    assert writes and all(sorted(op.inputs) == ["data", "input"] for op in writes)
     # every read comes before the first write, writes are the last ops
     types = [op.type for op in c.mil_ops() if op.type != "const"]
     assert types.count("read_state") == types.count("write_state") == 6

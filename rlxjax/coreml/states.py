@@ -57,7 +57,7 @@ def write_state(b, state: Var, value: Var) -> None:
         raise ArgumentError(f"writing {value.type} into state '{state.name}' of type "
                             f"{state.type}")
     name = b.fresh(f"{state.name}_write_state")
-    b.op("write_state", [], fold=False, input=state, data=value)
+    b.op("write_state", [], input=state, data=value)
     b.ops[-1].attrs["name"] = scalar_value(name)  # no output to take the name from
 
 
