@@ -461,10 +461,9 @@ def _na_reason(detail):
                 "an output is", "an input or output is", "no float32 input",
                 "no float32 output", "gradients are checked"):
         if detail.startswith(key):
-            return {"an input or output is": "a 64-bit or 16-bit integer input/output",
-                    "an input is": "a non-Core-ML input dtype",
-                    "an output is": "a non-Core-ML output dtype",
-                    "gradients are checked": "not float32"}.get(key, key)
+            if key.startswith("an "):
+                return detail  # which dtype, e.g. "an input or output is uint32"
+            return {"gradients are checked": "not float32"}.get(key, key)
     return detail[:40]
 
 
