@@ -54,6 +54,23 @@ def exclude_from_source_lines(path: str) -> None:
     _source_info_util.register_exclusion(path)
 
 
+def is_library_function(closed_jaxpr) -> bool:
+    """Whether a call's jaxpr was traced from a function in a file JAX never reports as the
+    user's (JAX's own, rlxjax's): its equations' user frames lie outside it, in the caller
+    stack of whichever trace made the (cached) jaxpr, possibly another call site."""
+    jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    src = getattr(getattr(jaxpr, "debug_info", None), "func_src_info", None)
+    if not src or " at " not in src:
+        return False
+    path = src.rsplit(" at ", 1)[1].rsplit(":", 1)[0]
+    try:
+        from jax._src import source_info_util as _internal  # noqa: PLC0415
+        excluded = _internal._exclude_paths
+    except (ImportError, AttributeError):  # JAX moved it: keep the inner lines
+        return False
+    return any(path.startswith(p) for p in excluded if "/jax/" in p or "rlxjax" in p)
+
+
 def summarize_source(source_info):
     """'file.py:12 (fn)' of the user's frame recorded in an equation's ``source_info``."""
     return _source_info_util.summarize(source_info)

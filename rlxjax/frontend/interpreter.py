@@ -58,6 +58,8 @@ class Lowering(Builder):
         self.custom_rules = custom_rules
         self.primitive: Optional[str] = None
         self.made_empty = False  # zero-size constants were made (zerosize.py): run DCE
+        # inside a library function's call (rules/control.py): report the call's line
+        self.in_library = False
 
     def unsupported(self, detail: str = "") -> UnsupportedPrimitiveError:
         return UnsupportedPrimitiveError(self.primitive or "?", self.source, detail)
@@ -102,7 +104,8 @@ class Lowering(Builder):
         saved = (self.source, self.primitive)
         # Equations inside library jaxprs (jnp.linalg, flax) carry no user frame: report
         # the user's line of the enclosing call instead.
-        self.source, self.primitive = source_line(eqn) or saved[0], name
+        own = None if self.in_library else source_line(eqn)
+        self.source, self.primitive = own or saved[0], name
         try:
             inputs = [read(a) for a in eqn.invars]
             fn = RULES.get(name)

@@ -21,7 +21,13 @@ def _call(ctx, eqn, *args):
     jaxpr = p.get("jaxpr") or p.get("call_jaxpr")
     if jaxpr is None:
         raise ctx.unsupported("call primitive without a jaxpr")
-    return _inline(ctx, jaxpr, args)
+    # Inside a library function (jnp.linalg.eigh) the equations' user frames come from the
+    # trace that cached its jaxpr, perhaps at another call site: report this call's line.
+    saved, ctx.in_library = ctx.in_library, ctx.in_library or jc.is_library_function(jaxpr)
+    try:
+        return _inline(ctx, jaxpr, args)
+    finally:
+        ctx.in_library = saved
 
 
 @rule("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr")
