@@ -70,3 +70,14 @@ def jax_loop(loss, opt, params, batch, steps):
         p, s, v = step(p, s)
         losses.append(float(v))
     return p, losses
+
+
+def load_tool(name: str):
+    """The module ``tools/<name>.py`` (tools/ is no package): for tests of the tools."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "tools", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -8,21 +8,18 @@ not an rlxjax error). An rlxjax error ("unsupported") is accepted only for what
 ``conformance.UNSUPPORTED`` lists with its reason (docs/primitives.md shows the table)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import zlib
 
 import pytest
 
+from helpers import load_tool
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location(
-        "conformance", os.path.join(ROOT, "tools", "conformance.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool('conformance')
 
 
 C = _tool()

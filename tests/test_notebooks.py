@@ -4,7 +4,6 @@ notebooks carry their outputs and agree with their sources in notebooks/src/ (re
 ``python tools/build_notebooks.py``)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 
@@ -13,7 +12,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from helpers import TEST_BACKEND
+from helpers import load_tool, TEST_BACKEND
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NB_DIR = os.path.join(ROOT, "notebooks")
@@ -22,11 +21,7 @@ CELL_TIMEOUT = 240  # seconds
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location(
-        "build_notebooks", os.path.join(ROOT, "tools", "build_notebooks.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool('build_notebooks')
 
 
 def test_all_four_notebooks_exist():

@@ -3,12 +3,13 @@ be up to date (regenerate with ``python tools/primitive_table.py``) and every re
 primitive it lists must really be refused."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
+
+from helpers import load_tool
 
 from rlxjax import _jax_compat
 
@@ -24,10 +25,7 @@ TOOL = os.path.join(ROOT, "tools", "primitive_table.py")
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("primitive_table", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool('primitive_table')
 
 
 def test_committed_table_is_up_to_date():
