@@ -155,3 +155,18 @@ def equation_binder(eqn):
         subfuns, bind_params = bind_params
         return lambda *args: prim.bind(*subfuns, *args, **bind_params)
     return lambda *args: prim.bind(*args, **bind_params)
+
+
+# -- symbolic dimensions (jax.export shape polymorphism) ---------------------------------
+def is_symbolic_dim(d) -> bool:
+    """Whether ``d`` (a dim of an aval or an equation parameter) is a symbolic expression
+    (``jax.export.symbolic_shape``) rather than a concrete int."""
+    return jax.export.is_symbolic_dim(d)
+
+
+def symbolic_bounds(d):
+    """(lower, upper) bounds of symbolic dim ``d`` under its scope's constraints (upper
+    ``math.inf`` when unbounded), as JAX's own shape checks decide them."""
+    from jax._src.export import shape_poly as _sp
+
+    return _sp._bounds_decision(d, _sp.BoundsPrecision.BEST)

@@ -15,6 +15,7 @@ from .coreml.lower import IOSpec, lower_graph, sanitize
 from .coreml.package import save_mlpackage
 from .coreml.targets import get_target
 from .coreml.validate import validate_model
+from . import flexible
 from .errors import ArgumentError, ZeroSizeError
 from .frontend import Traced, arg_names, trace
 from .frontend.zerosize import EMPTY_IO_KEY, interleave
@@ -146,12 +147,15 @@ class Compiled:
             if i in self._traced.u32_leaves:  # a counter / index: carried as int32
                 arrays.append(_u32_as_i32(spec, leaf, got_shape, got_dtype))
                 continue
-            if got_shape != spec.shape or got_dtype != spec.dtype:
+            if got_dtype != spec.dtype or (got_shape != spec.shape and not (
+                    spec.flexible and flexible.fits(spec, got_shape))):
                 raise ArgumentError(
                     f"argument '{spec.name}' is {got_dtype}{list(got_shape)}, but the program "
                     f"was compiled for {spec.dtype}{list(spec.shape)}; pass that shape and dtype, "
                     "or call the coreml_jit function itself (it compiles once per signature)")
             arrays.append(_canonical(leaf))
+        if any(s.flexible for s in self.input_specs):  # sizes in range, one per symbol
+            flexible.check_sizes(self.input_specs, [a.shape for a in arrays])
         return arrays
 
     def __call__(self, *args, state=None):

@@ -1,0 +1,105 @@
+"""Flexible shapes on the host side (docs/flexible.md): the ``flexible=`` option of
+``coreml_jit`` (axes named per argument, made symbolic with ``jax.export``) and the check
+of a call's sizes against a flexible program's inputs."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import jax
+
+from .errors import ArgumentError
+
+
+def fits(spec, shape) -> bool:
+    """Whether ``shape`` has ``spec``'s rank and static dims (its flexible dims any size)."""
+    return len(shape) == len(spec.shape) and all(
+        isinstance(d, str) or d == s for d, s in zip(spec.shape, shape))
+
+
+def check_sizes(specs, shapes) -> None:
+    """The sizes a call gives the flexible dims: each within its bounds, and one size per
+    symbol across the inputs; else an ArgumentError saying which."""
+    seen: Dict[str, tuple] = {}
+    for spec, shape in zip(specs, shapes):
+        if not spec.flexible:
+            continue
+        for axis, (d, s) in enumerate(zip(spec.shape, shape)):
+            if not isinstance(d, str):
+                continue
+            lo, hi = spec.bounds[axis] if spec.bounds and spec.bounds[axis] else (1, -1)
+            if s < lo or (hi != -1 and s > hi):
+                raise ArgumentError(
+                    f"argument '{spec.name}' axis {axis} ('{d}') is {s}, outside the flexible "
+                    f"range [{lo}, {'unbounded' if hi == -1 else hi}] the program was lowered "
+                    "for; pass a size in range, or lower again with wider bounds")
+            prev = seen.setdefault(d, (spec.name, axis, s))
+            if prev[2] != s:
+                raise ArgumentError(
+                    f"the flexible size '{d}' is {prev[2]} in argument '{prev[0]}' (axis "
+                    f"{prev[1]}) but {s} in '{spec.name}' (axis {axis}): one size per call")
+
+
+def _axes_of(value, n_leaves: int, arg: str) -> List[dict]:
+    """Per leaf of an argument, {axis: (lower, upper)} from a ``flexible=`` entry."""
+    if isinstance(value, dict) and all(isinstance(k, int) for k in value):
+        return [value] * n_leaves
+    raise ArgumentError(f"flexible[{arg!r}] must map axis numbers to (lower, upper) bounds "
+                        f"(upper None: unbounded), e.g. {{0: (1, 64)}}; got {value!r}")
+
+
+def symbolic_structs(dyn, names, flexible) -> list:
+    """``dyn`` (the dynamic arguments) as ShapeDtypeStructs whose ``flexible`` axes are
+    symbols: ``flexible`` maps an argument name (or its position) to {axis: (lower,
+    upper)}; the same axis spec on the same bounds is one symbol, so arguments flexible
+    alike share their size (a batch of inputs and labels)."""
+    unknown = [k for k in flexible if not (k in names or (isinstance(k, int) and 0 <= k < len(dyn)))]
+    if unknown:
+        raise ArgumentError(f"flexible= names {unknown}, which are not arguments "
+                            f"(arguments: {list(names)})")
+    by_bounds: Dict[tuple, str] = {}
+    constraints, dims_of = [], {}
+    out = []
+    for i, (name, arg) in enumerate(zip(names, dyn)):
+        spec = flexible.get(name, flexible.get(i))
+        leaves, tree = jax.tree_util.tree_flatten(arg)
+        if spec is None:
+            out.append(arg)
+            continue
+        per_leaf = _axes_of(spec, len(leaves), name)
+        new_leaves = []
+        for leaf, axes in zip(leaves, per_leaf):
+            shape = list(jax.numpy.shape(leaf))
+            for axis, bd in axes.items():
+                if not -len(shape) <= axis < len(shape):
+                    raise ArgumentError(f"flexible[{name!r}]: axis {axis} is out of range for "
+                                        f"an argument of shape {tuple(shape)}")
+                lo, hi = (bd if bd is not None else (1, None))
+                key = (int(lo), None if hi is None else int(hi))
+                sym = by_bounds.get(key)
+                if sym is None:
+                    sym = by_bounds[key] = f"flex{len(by_bounds)}"
+                    if key[0] > 1:
+                        constraints.append(f"{sym} >= {key[0]}")
+                    if key[1] is not None:
+                        constraints.append(f"{sym} <= {key[1]}")
+                shape[axis % len(shape)] = sym
+            new_leaves.append((shape, leaf))
+        out.append((tree, new_leaves))
+    syms = sorted(by_bounds.values())
+    if syms:
+        values = jax.export.symbolic_shape(", ".join(syms), constraints=constraints)
+        dims_of = dict(zip(syms, values))
+    result = []
+    for item in out:
+        if not isinstance(item, tuple):
+            result.append(item)
+            continue
+        tree, new_leaves = item
+        structs = [jax.ShapeDtypeStruct(tuple(dims_of.get(d, d) for d in shape),
+                                        _dtype(leaf)) for shape, leaf in new_leaves]
+        result.append(jax.tree_util.tree_unflatten(tree, structs))
+    return result
+
+
+def _dtype(leaf):
+    return getattr(leaf, "dtype", None) or jax.numpy.asarray(leaf).dtype
