@@ -312,8 +312,9 @@ class CoreMLFunction:
     """What ``coreml_jit`` returns: call it like the JAX function, or ``.lower(*args)``."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int], target: str,
-                 precision: str, backend, random: Optional[str] = None):
+                 precision: str, backend, random: Optional[str] = None, flexible=None):
         self.fun = fun
+        self.flexible = flexible  # {argument name or position: {axis: (lower, upper)}}
         self.static_argnums = tuple(sorted({int(i) for i in (
             static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))}))
         get_target(target)  # fail early on an unknown target
@@ -358,12 +359,18 @@ class CoreMLFunction:
         specs = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
             else x, list(dyn))
+        if self.flexible:  # named axes -> symbolic dims (rlxjax/flexible.py)
+            specs = self._flexible_structs(specs, len(args))
         traced = trace(positional, specs, self._names(len(args)), random=self.random)
         pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
         return Lowered(traced, self.target, self.precision, self.backend,
                        states=self._states(args))
+
+    def _flexible_structs(self, dyn, n_args):
+        names = flexible.by_name(self.flexible, arg_names(self.fun, n_args))
+        return flexible.symbolic_structs(dyn, self._names(n_args), names)
 
     def _transform(self, traced: Traced, args) -> Traced:
         """Hook for wrappers that rewrite the traced graph (coreml_grad)."""
@@ -377,7 +384,11 @@ class CoreMLFunction:
     def _key(self, args):
         static, dyn = self._split(args)
         leaves, treedef = jax.tree_util.tree_flatten(dyn)
-        sig = tuple(_leaf_sig(x) for x in leaves)
+        if self.flexible:  # one program for every size of the flexible axes
+            sig = flexible.cache_key(self._flexible_structs(
+                [jax.ShapeDtypeStruct(*_struct(x)) for x in dyn], len(args)))
+        else:
+            sig = tuple(_leaf_sig(x) for x in leaves)
         try:
             hash(tuple(static.items()))
         except TypeError:
@@ -405,7 +416,7 @@ def _struct(x):
 
 def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = "iOS17",
                precision: str = "fp32", backend: str | None = None,
-               random: str | None = None):
+               random: str | None = None, flexible: dict | None = None):
     """Compile ``fun`` into a Core ML ML Program, like ``jax.jit``.
 
     Returns a callable that compiles once per input signature and runs on ``backend``
@@ -417,10 +428,17 @@ def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = 
     ``jax.random`` draw is an error by default. ``random="inputs"`` makes every live draw a
     program input that each call computes on the host with ``jax.random`` from the keys
     passed (bit for bit JAX's numbers; the package metadata ``rlxjax.random`` names each).
+
+    ``flexible``: axes whose size may change between calls of one program (Core ML
+    flexible inputs, docs/flexible.md): ``{argument name or position: {axis: (lower,
+    upper)}}`` (upper None: unbounded), e.g. ``flexible={"x": {0: (1, 64)}}``. Axes given
+    the same bounds share one size. ``.lower()`` also takes ``jax.ShapeDtypeStruct``s with
+    ``jax.export.symbolic_shape`` dims for the same effect.
     """
     if fun is None:
         return lambda f: coreml_jit(f, static_argnums=static_argnums, target=target,
-                                    precision=precision, backend=backend, random=random)
+                                    precision=precision, backend=backend, random=random,
+                                    flexible=flexible)
     if not callable(fun):
         raise ArgumentError(f"coreml_jit expects a callable, got {type(fun).__name__}")
-    return CoreMLFunction(fun, static_argnums, target, precision, backend, random)
+    return CoreMLFunction(fun, static_argnums, target, precision, backend, random, flexible)

@@ -52,15 +52,15 @@ def symbolic_structs(dyn, names, flexible) -> list:
     symbols: ``flexible`` maps an argument name (or its position) to {axis: (lower,
     upper)}; the same axis spec on the same bounds is one symbol, so arguments flexible
     alike share their size (a batch of inputs and labels)."""
-    unknown = [k for k in flexible if not (k in names or (isinstance(k, int) and 0 <= k < len(dyn)))]
+    unknown = [k for k in flexible if k not in names]
     if unknown:
-        raise ArgumentError(f"flexible= names {unknown}, which are not arguments "
-                            f"(arguments: {list(names)})")
+        raise ArgumentError(f"flexible= names {unknown}, which are not (non-static) "
+                            f"arguments (they are: {list(names)})")
     by_bounds: Dict[tuple, str] = {}
     constraints, dims_of = [], {}
     out = []
     for i, (name, arg) in enumerate(zip(names, dyn)):
-        spec = flexible.get(name, flexible.get(i))
+        spec = flexible.get(name)
         leaves, tree = jax.tree_util.tree_flatten(arg)
         if spec is None:
             out.append(arg)
@@ -68,7 +68,7 @@ def symbolic_structs(dyn, names, flexible) -> list:
         per_leaf = _axes_of(spec, len(leaves), name)
         new_leaves = []
         for leaf, axes in zip(leaves, per_leaf):
-            shape = list(jax.numpy.shape(leaf))
+            shape = list(leaf.shape)
             for axis, bd in axes.items():
                 if not -len(shape) <= axis < len(shape):
                     raise ArgumentError(f"flexible[{name!r}]: axis {axis} is out of range for "
@@ -102,4 +102,27 @@ def symbolic_structs(dyn, names, flexible) -> list:
 
 
 def _dtype(leaf):
-    return getattr(leaf, "dtype", None) or jax.numpy.asarray(leaf).dtype
+    return leaf.dtype
+
+
+def by_name(flexible, all_names) -> dict:
+    """``flexible=`` with positions (ints) turned into argument names."""
+    if not isinstance(flexible, dict):
+        raise ArgumentError("flexible= must be a dict: argument name (or position) -> "
+                            f"{{axis: (lower, upper)}}; got {type(flexible).__name__}")
+    out = {}
+    for k, v in flexible.items():
+        if isinstance(k, int):
+            if not 0 <= k < len(all_names):
+                raise ArgumentError(f"flexible= position {k}: there are {len(all_names)} "
+                                    "arguments")
+            k = all_names[k]
+        out[k] = v
+    return out
+
+
+def cache_key(structs) -> tuple:
+    """What a call's program depends on when axes are flexible: each leaf's dtype and its
+    dims, the flexible ones by symbol (not by the call's size)."""
+    return tuple((tuple(str(d) for d in s.shape), str(s.dtype))
+                 for s in jax.tree_util.tree_leaves(structs))

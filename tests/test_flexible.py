@@ -1,0 +1,129 @@
+"""Flexible shapes (docs/flexible.md): a function lowered with a symbolic batch
+(jax.export.symbolic_shape, or coreml_jit's flexible=) is one Core ML program with RangeDim
+inputs that passes coremltools' loader and runs at any size in range on the reference
+backend, matching jax.jit at each size."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from jax import export
+
+import rlxjax
+from rlxjax.errors import ArgumentError, DynamicShapeError
+
+
+def _mlp(w1, b1, w2, x):
+    h = jnp.tanh(x @ w1 + b1)
+    logits = h @ w2
+    probs = jax.nn.softmax(logits, axis=-1)
+    # a mean over the flexible axis (divides by the runtime size), a reshape of it, a
+    # broadcast to it and a slice beside it
+    return (probs, jnp.mean(logits), h.reshape(-1), jnp.ones((x.shape[0], 3)) * b1[0],
+            jax.lax.slice_in_dim(h, 1, 3, axis=1), jnp.mean(h, axis=0))
+
+
+def _params(rng):
+    return (rng.standard_normal((16, 32)).astype(np.float32),
+            rng.standard_normal(32).astype(np.float32),
+            rng.standard_normal((32, 5)).astype(np.float32))
+
+
+def _check(compiled, fn, params, sizes, rng):
+    for n in sizes:
+        x = rng.standard_normal((n, 16)).astype(np.float32)
+        got, want = compiled(*params, x), jax.jit(fn)(*params, x)
+        for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
+def test_symbolic_batch_runs_at_1_7_and_64_from_one_package(tmp_path):
+    rng = np.random.default_rng(0)
+    params = _params(rng)
+    (b,) = export.symbolic_shape("b", constraints=["b <= 128"])
+    structs = [jax.ShapeDtypeStruct(p.shape, p.dtype) for p in params]
+    x = jax.ShapeDtypeStruct((b, 16), jnp.float32)
+    compiled = rlxjax.coreml_jit(_mlp, backend="reference").lower(*structs, x).compile()
+    compiled.validate()  # coremltools' MIL loader
+    feat = {f.name: f for f in compiled.spec.description.input}["x"].type.multiArrayType
+    assert [(r.lowerBound, r.upperBound) for r in feat.shapeRange.sizeRanges] == \
+        [(1, 128), (16, 16)]
+    fn_input = {i.name: i for i in compiled.spec.mlProgram.functions["main"].inputs}["x"]
+    assert fn_input.type.tensorType.dimensions[0].WhichOneof("dimension") == "unknown"
+    path = compiled.save(tmp_path / "flex.mlpackage")
+    loaded = rlxjax.load(path, backend="reference")  # the one package, at every size
+    for n in (1, 7, 64):
+        x = rng.standard_normal((n, 16)).astype(np.float32)
+        got = loaded(*params, x)
+        want = jax.tree_util.tree_leaves(jax.jit(_mlp)(*params, x))
+        assert len(got) == len(want)
+        for g, w in zip(got.values(), want):
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+    _check(compiled, _mlp, params, (1, 7, 64), rng)
+
+
+def test_flexible_option_names_the_axes_and_compiles_once():
+    rng = np.random.default_rng(1)
+    params = _params(rng)
+    f = rlxjax.coreml_jit(_mlp, backend="reference", flexible={"x": {0: (1, 64)}})
+    _check(f, _mlp, params, (3, 1, 64), rng)
+    assert len(f._cache) == 1  # one program for every batch size
+    with pytest.raises(ArgumentError, match=r"'x' axis 0 .* is 65, outside the flexible "
+                                            r"range \[1, 64\]"):
+        f(*params, np.zeros((65, 16), np.float32))
+
+
+def test_flexible_by_position_and_unbounded():
+    rng = np.random.default_rng(2)
+    params = _params(rng)
+    f = rlxjax.coreml_jit(_mlp, backend="reference", flexible={3: {0: None}})
+    compiled = f.lower(*params, np.zeros((2, 16), np.float32)).compile()
+    feat = {s.name: s for s in compiled.input_specs}["x"]
+    assert feat.bounds[0] == (1, -1)
+    _check(f, _mlp, params, (5, 200), rng)
+
+
+@settings(max_examples=4, deadline=None)
+@given(n=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_flexible_two_inputs_share_the_batch(n, seed):
+    def loss(w, x, y):
+        pred = x @ w
+        return jnp.mean((pred - y) ** 2), jnp.sum(pred * y, axis=1)
+
+    f = rlxjax.coreml_jit(loss, backend="reference",
+                          flexible={"x": {0: (1, 16)}, "y": {0: (1, 16)}})
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    y = rng.standard_normal((n, 3)).astype(np.float32)
+    got, want = f(w, x, y), jax.jit(loss)(w, x, y)
+    for g, wv in zip(got, want):
+        np.testing.assert_allclose(g, wv, rtol=2e-5, atol=2e-5)
+    with pytest.raises(ArgumentError, match="one size per call"):
+        f(w, x, np.zeros((n + 1, 3), np.float32))
+
+
+def test_the_reference_backend_checks_the_range():
+    from rlxjax.runtime import make_backend
+    from rlxjax.runtime.reference.interpreter import ReferenceRuntimeError
+
+    (b,) = export.symbolic_shape("b", constraints=["b >= 2", "b <= 4"])
+    c = rlxjax.coreml_jit(lambda x: x * 2.0, backend="reference").lower(
+        jax.ShapeDtypeStruct((b, 3), jnp.float32)).compile()
+    run = make_backend("reference", c.spec, c._weights_dir)
+    assert run.run({c.input_specs[0].mil_name: np.ones((3, 3), np.float32)})
+    with pytest.raises(ReferenceRuntimeError, match="outside the flexible shape range"):
+        run.run({c.input_specs[0].mil_name: np.ones((5, 3), np.float32)})
+
+
+def test_what_cannot_be_flexible_is_a_clear_error():
+    (b,) = export.symbolic_shape("b")
+    x = jax.ShapeDtypeStruct((b, 8), jnp.float32)
+    with pytest.raises(DynamicShapeError, match=r"(gather|slice) at .*test_flexible.py.*flexible dimension .b."):
+        rlxjax.coreml_jit(lambda x: x[1:]).lower(x).compile()
+    (e,) = export.symbolic_shape("2*c")
+    with pytest.raises(DynamicShapeError, match=r"input 'x' axis 0 .* '2\*c', an expression"):
+        rlxjax.coreml_jit(lambda x: x).lower(jax.ShapeDtypeStruct((e, 8), jnp.float32))
