@@ -85,6 +85,8 @@ def _dim_as_value(ctx, eqn):
 def refuse_if_symbolic(ctx, eqn, inputs, exc) -> None:
     """Raise DynamicShapeError for a rule that failed (``exc``) on an equation with
     symbolic dims; return if it has none (the failure is another one)."""
+    if isinstance(exc, DynamicShapeError):  # already says which op (an inner equation)
+        return
     avals = [v.type for v in inputs] + [v.aval for v in eqn.outvars]
     for t in avals:
         for axis, d in enumerate(getattr(t, "shape", ())):
