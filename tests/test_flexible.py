@@ -127,3 +127,39 @@ def test_what_cannot_be_flexible_is_a_clear_error():
     (e,) = export.symbolic_shape("2*c")
     with pytest.raises(DynamicShapeError, match=r"input 'x' axis 0 .* '2\*c', an expression"):
         rlxjax.coreml_jit(lambda x: x).lower(jax.ShapeDtypeStruct((e, 8), jnp.float32))
+
+
+def _flax_models():
+    import flax.linen as nn
+
+    class CNN(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.relu(nn.Conv(4, (3, 3))(x))
+            x = nn.max_pool(nn.avg_pool(x, (2, 2), (2, 2)), (2, 2), (1, 1))
+            return nn.Dense(5)(x.reshape((x.shape[0], -1)))
+
+    class Block(nn.Module):  # pre-norm transformer block, mean-pooled
+        @nn.compact
+        def __call__(self, x):
+            h = nn.LayerNorm()(x)
+            x = x + nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=8)(h, h)
+            x = x + nn.Dense(8)(nn.gelu(nn.Dense(16)(nn.LayerNorm()(x))))
+            return nn.Dense(3)(x.mean(axis=1))
+
+    return {"cnn": (CNN(), (6, 6, 2)), "transformer": (Block(), (5, 8))}
+
+
+@pytest.mark.slow  # ~25 s: two flax models compiled and run at three sizes
+@pytest.mark.parametrize("name", ["cnn", "transformer"])
+def test_flax_models_with_a_flexible_batch(name):
+    model, shape = _flax_models()[name]
+    params = model.init(jax.random.PRNGKey(0), jnp.ones((2,) + shape))
+    fn = lambda p, x: model.apply(p, x)  # noqa: E731
+    f = rlxjax.coreml_jit(fn, backend="reference", flexible={"x": {0: (1, 64)}})
+    rng = np.random.default_rng(3)
+    for n in (1, 7, 64):
+        x = rng.standard_normal((n,) + shape).astype(np.float32)
+        np.testing.assert_allclose(f(params, x), jax.jit(fn)(params, x), rtol=1e-4, atol=2e-5)
+    (compiled,) = f._cache.values()
+    compiled.validate()
