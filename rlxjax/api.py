@@ -385,8 +385,9 @@ class CoreMLFunction:
         static, dyn = self._split(args)
         leaves, treedef = jax.tree_util.tree_flatten(dyn)
         if self.flexible:  # one program for every size of the flexible axes
-            sig = flexible.cache_key(self._flexible_structs(
-                [jax.ShapeDtypeStruct(*_struct(x)) for x in dyn], len(args)))
+            sig = flexible.cache_key(self._flexible_structs(jax.tree_util.tree_map(
+                lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
+                jax.ShapeDtypeStruct(*_struct(x)), list(dyn)), len(args)))
         else:
             sig = tuple(_leaf_sig(x) for x in leaves)
         try:

@@ -84,21 +84,28 @@ def symbolic_structs(dyn, names, flexible) -> list:
                         constraints.append(f"{sym} <= {key[1]}")
                 shape[axis % len(shape)] = sym
             new_leaves.append((shape, leaf))
-        out.append((tree, new_leaves))
+        out.append(_Flex(tree, new_leaves))
     syms = sorted(by_bounds.values())
     if syms:
         values = jax.export.symbolic_shape(", ".join(syms), constraints=constraints)
         dims_of = dict(zip(syms, values))
     result = []
     for item in out:
-        if not isinstance(item, tuple):
+        if not isinstance(item, _Flex):
             result.append(item)
             continue
-        tree, new_leaves = item
+        tree, new_leaves = item.tree, item.leaves
         structs = [jax.ShapeDtypeStruct(tuple(dims_of.get(d, d) for d in shape),
                                         _dtype(leaf)) for shape, leaf in new_leaves]
         result.append(jax.tree_util.tree_unflatten(tree, structs))
     return result
+
+
+class _Flex:
+    """An argument with flexible axes, between the two passes of ``symbolic_structs``."""
+
+    def __init__(self, tree, leaves):
+        self.tree, self.leaves = tree, leaves
 
 
 def _dtype(leaf):

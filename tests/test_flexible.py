@@ -163,3 +163,42 @@ def test_flax_models_with_a_flexible_batch(name):
         np.testing.assert_allclose(f(params, x), jax.jit(fn)(params, x), rtol=1e-4, atol=2e-5)
     (compiled,) = f._cache.values()
     compiled.validate()
+
+
+@pytest.mark.parametrize("mode", ["io", "mlstate"])
+def test_train_step_with_a_flexible_batch(mode):
+    """One training program steps at batch 1, 7 and 64; the mean divides by the runtime
+    batch, so loss and parameters follow optax in JAX at every size."""
+    import optax
+
+    def loss(p, x, y):
+        return jnp.mean((jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] - y) ** 2)
+
+    rng = np.random.default_rng(4)
+    params = {"w1": rng.standard_normal((4, 8)).astype(np.float32) * 0.5,
+              "b1": np.zeros(8, np.float32),
+              "w2": rng.standard_normal((8, 2)).astype(np.float32) * 0.5}
+    opt = optax.adam(1e-2)
+    step = rlxjax.coreml_train_step(loss, opt, state=mode, backend="reference",
+                                    flexible={"x": {0: (1, 64)}, "y": {0: (1, 64)}})
+    state, jp, js = step.init(params), params, opt.init(params)
+
+    @jax.jit
+    def jstep(p, s, x, y):
+        value, g = jax.value_and_grad(loss)(p, x, y)
+        updates, s = opt.update(g, s, p)
+        return optax.apply_updates(p, updates), s, value
+
+    for n in (1, 7, 64):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        y = rng.standard_normal((n, 2)).astype(np.float32)
+        state, value = step(state, x, y)
+        jp, js, want = jstep(jp, js, x, y)
+        np.testing.assert_allclose(value, want, rtol=2e-5)
+    assert len(step._programs) == 1
+    got = step.params(state) if mode == "io" else None
+    if got is not None:
+        for k in params:
+            np.testing.assert_allclose(got[k], jp[k], rtol=1e-4, atol=1e-6)
+    with pytest.raises(ArgumentError, match="batch arguments only"):
+        rlxjax.coreml_train_step(loss, opt, flexible={"params": {0: (1, 4)}})

@@ -193,8 +193,6 @@ def _operand(ctx, x, batch, free, contract, free_first):
 
 def _dot_general(ctx, node, a, b):
     (lc, rc), (lb, rb) = node.params["contract"], node.params["batch"]
-    if any(isinstance(a.shape[i], Dyn) for i in lc):
-        raise flexible_error(node, "a contraction over a flexible axis")
     lf = [d for d in range(a.type.rank) if d not in lc and d not in lb]
     rf = [d for d in range(b.type.rank) if d not in rc and d not in rb]
     x, tx = _operand(ctx, a, lb, lf, lc, free_first=True)

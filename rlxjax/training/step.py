@@ -81,7 +81,8 @@ class TrainStep(CoreMLFunction):
                 jax.tree_util.tree_map(leaf_struct, (state.params, state.opt_state))
             args = tuple(structs) + tuple(batch)
             leaves, tree = jax.tree_util.tree_flatten(structs)
-            key = (tree, tuple((x.shape, x.dtype.name) for x in leaves), self._key(batch))
+            key = (tree, tuple((x.shape, x.dtype.name) for x in leaves),
+                   self._key(args) if self.flexible else self._key(batch))
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = compile_program(
@@ -174,7 +175,7 @@ class TrainStep(CoreMLFunction):
 
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
                       precision: str = "fp32", has_aux: bool = False, backend=None,
-                      random=None):
+                      random=None, flexible=None):
     """One Core ML program = forward + backward + ``optimizer`` update (optax).
 
     ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
@@ -185,6 +186,10 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     rlxjax/training/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
     (dropout) are computed on the host from the keys in the batch and fed as program
     inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
+    ``flexible``: batch axes whose size may change between steps of one program, by the
+    loss's argument names, e.g. ``{"x": {0: (1, 256)}, "y": {0: (1, 256)}}`` (same bounds:
+    one size; see ``coreml_jit`` and docs/flexible.md). Parameters and optimizer state
+    stay static.
     """
     if state == "mlstate":
         target = "iOS18" if target is None else target
@@ -193,5 +198,9 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     if precision != "fp32":
         raise ArgumentError("training steps compute in fp32 (precision='fp32'): fp16 "
                             "gradients and optimizer moments lose the updates")
+    if flexible and {"params", "opt_state", 0, 1} & set(flexible):
+        raise ArgumentError("flexible= names batch arguments only: parameters and optimizer "
+                            "state keep their shapes (a Core ML state cannot be flexible)")
     return TrainStep(loss, optimizer, state=state, has_aux=has_aux, static_argnums=(),
-                     target=target, precision=precision, backend=backend, random=random)
+                     target=target, precision=precision, backend=backend, random=random,
+                     flexible=flexible)
