@@ -170,3 +170,10 @@ def symbolic_bounds(d):
     from jax._src.export import shape_poly as _sp
 
     return _sp._bounds_decision(d, _sp.BoundsPrecision.BEST)
+
+
+#: what JAX raises when a symbolic dim is used where a constant is needed (int(b), b < 3)
+try:  # public from jax 0.9
+    InconclusiveDimensionOperation = jax.errors.InconclusiveDimensionOperation
+except AttributeError:  # jax 0.8
+    from jax._src.core import InconclusiveDimensionOperation  # noqa: F401

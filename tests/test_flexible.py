@@ -124,6 +124,10 @@ def test_what_cannot_be_flexible_is_a_clear_error():
     x = jax.ShapeDtypeStruct((b, 8), jnp.float32)
     with pytest.raises(DynamicShapeError, match=r"(gather|slice) at .*test_flexible.py.*flexible dimension .b."):
         rlxjax.coreml_jit(lambda x: x[1:]).lower(x).compile()
+    with pytest.raises(DynamicShapeError, match=r"^scan at .*test_flexible.py.*'b'"):
+        rlxjax.coreml_jit(lambda x: jax.lax.fori_loop(0, 3, lambda i, c: c * 2.0, x)).lower(x)
+    with pytest.raises(DynamicShapeError, match=r"^concatenate at .*test_flexible.py.*'b'"):
+        rlxjax.coreml_jit(lambda x: jnp.concatenate([x, x])).lower(x)
     (e,) = export.symbolic_shape("2*c")
     with pytest.raises(DynamicShapeError, match=r"input 'x' axis 0 .* '2\*c', an expression"):
         rlxjax.coreml_jit(lambda x: x).lower(jax.ShapeDtypeStruct((e, 8), jnp.float32))

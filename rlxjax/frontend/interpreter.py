@@ -119,7 +119,8 @@ class Lowering(Builder):
             try:
                 out = zerosize.fold(self, eqn, inputs, run)  # zero-size values: folded away
                 out = run() if out is None else out
-            except (TypeError, ValueError) as e:  # a rule met a symbolic dim it cannot take
+            except (TypeError, ValueError, jc.InconclusiveDimensionOperation) as e:
+                # a rule met a symbolic dim it cannot take
                 symbolic.refuse_if_symbolic(self, eqn, inputs, e)
                 raise
             outs = list(out) if isinstance(out, (list, tuple)) else [out]

@@ -94,6 +94,7 @@ def refuse_if_symbolic(ctx, eqn, inputs, exc) -> None:
                 where = f" at {ctx.source}" if ctx.source else ""
                 raise DynamicShapeError(
                     f"{eqn.primitive.name}{where} does not support the flexible dimension "
-                    f"'{d}' (axis {axis} of {t}) ({type(exc).__name__}: {exc}). Keep that axis "
+                    f"'{d}' (axis {axis} of {t}) ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}). Keep that axis "
                     "static (a concrete size), or express the computation with ops that "
                     "do not depend on its size (docs/flexible.md).") from exc
