@@ -303,6 +303,8 @@ class Lowered:
             for row, spec in zip(rows, ins[len(ins) - len(rows):]):
                 row["feature"] = spec.mil_name
             model.description.metadata.userDefined[RANDOM_METADATA_KEY] = json.dumps(rows)
+        if getattr(self, "enumerated", None):  # flexible= with listed sizes
+            ins = flexible.describe_enumerated(model, ins, self.enumerated, self.target)
         describe_empty_io(model, self._traced, ins, outs)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
@@ -359,14 +361,17 @@ class CoreMLFunction:
         specs = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
             else x, list(dyn))
+        enumerated = {}
         if self.flexible:  # named axes -> symbolic dims (rlxjax/flexible.py)
-            specs = self._flexible_structs(specs, len(args))
+            specs, enumerated = self._flexible_structs(specs, len(args))
         traced = trace(positional, specs, self._names(len(args)), random=self.random)
         pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
-        return Lowered(traced, self.target, self.precision, self.backend,
-                       states=self._states(args))
+        lowered = Lowered(traced, self.target, self.precision, self.backend,
+                          states=self._states(args))
+        lowered.enumerated = enumerated  # flexible= sizes listed: Core ML enumerated shapes
+        return lowered
 
     def _flexible_structs(self, dyn, n_args):
         names = flexible.by_name(self.flexible, arg_names(self.fun, n_args))
@@ -387,7 +392,7 @@ class CoreMLFunction:
         if self.flexible:  # one program for every size of the flexible axes
             sig = flexible.cache_key(self._flexible_structs(jax.tree_util.tree_map(
                 lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
-                jax.ShapeDtypeStruct(*_struct(x)), list(dyn)), len(args)))
+                jax.ShapeDtypeStruct(*_struct(x)), list(dyn)), len(args))[0])
         else:
             sig = tuple(_leaf_sig(x) for x in leaves)
         try:

@@ -3,7 +3,7 @@
 of a call's sizes against a flexible program's inputs."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import jax
 
@@ -26,7 +26,13 @@ def check_sizes(specs, shapes) -> None:
         for axis, (d, s) in enumerate(zip(spec.shape, shape)):
             if not isinstance(d, str):
                 continue
-            lo, hi = spec.bounds[axis] if spec.bounds and spec.bounds[axis] else (1, -1)
+            bd = spec.bounds[axis] if spec.bounds and spec.bounds[axis] else (1, -1)
+            lo, hi = bd[0], bd[1]
+            if len(bd) > 2 and s not in bd[2]:  # enumerated sizes
+                raise ArgumentError(
+                    f"argument '{spec.name}' axis {axis} ('{d}') is {s}, not one of the "
+                    f"enumerated sizes {list(bd[2])} the program was compiled for; pass one "
+                    "of those, or compile again with it added")
             if s < lo or (hi != -1 and s > hi):
                 raise ArgumentError(
                     f"argument '{spec.name}' axis {axis} ('{d}') is {s}, outside the flexible "
@@ -47,16 +53,18 @@ def _axes_of(value, n_leaves: int, arg: str) -> List[dict]:
                         f"(upper None: unbounded), e.g. {{0: (1, 64)}}; got {value!r}")
 
 
-def symbolic_structs(dyn, names, flexible) -> list:
+def symbolic_structs(dyn, names, flexible) -> Tuple[list, Dict[str, tuple]]:
     """``dyn`` (the dynamic arguments) as ShapeDtypeStructs whose ``flexible`` axes are
-    symbols: ``flexible`` maps an argument name (or its position) to {axis: (lower,
-    upper)}; the same axis spec on the same bounds is one symbol, so arguments flexible
-    alike share their size (a batch of inputs and labels)."""
+    symbols: ``flexible`` maps an argument name to {axis: (lower, upper)} or {axis:
+    [sizes]} (enumerated); the same bounds are one symbol, so arguments flexible alike
+    share their size (a batch of inputs and labels). Also returns symbol -> enumerated
+    sizes."""
     unknown = [k for k in flexible if k not in names]
     if unknown:
         raise ArgumentError(f"flexible= names {unknown}, which are not (non-static) "
                             f"arguments (they are: {list(names)})")
     by_bounds: Dict[tuple, str] = {}
+    enumerated: Dict[str, tuple] = {}  # symbol -> its enumerated sizes
     constraints, dims_of = [], {}
     out = []
     for i, (name, arg) in enumerate(zip(names, dyn)):
@@ -73,11 +81,21 @@ def symbolic_structs(dyn, names, flexible) -> list:
                 if not -len(shape) <= axis < len(shape):
                     raise ArgumentError(f"flexible[{name!r}]: axis {axis} is out of range for "
                                         f"an argument of shape {tuple(shape)}")
-                lo, hi = (bd if bd is not None else (1, None))
-                key = (int(lo), None if hi is None else int(hi))
+                if isinstance(bd, list):  # enumerated sizes
+                    sizes = sorted({int(v) for v in bd})
+                    if not sizes or sizes[0] < 1:
+                        raise ArgumentError(f"flexible[{name!r}][{axis}]: enumerated sizes "
+                                            f"must be ints >= 1, got {bd!r}")
+                    lo, hi, key = sizes[0], sizes[-1], ("enum",) + tuple(sizes)
+                else:
+                    lo, hi = (bd if bd is not None else (1, None))
+                    key = (int(lo), None if hi is None else int(hi))
                 sym = by_bounds.get(key)
                 if sym is None:
                     sym = by_bounds[key] = f"flex{len(by_bounds)}"
+                    if key[0] == "enum":
+                        enumerated[sym] = key[1:]
+                    key = (int(lo), None if hi is None else int(hi))
                     if key[0] > 1:
                         constraints.append(f"{sym} >= {key[0]}")
                     if key[1] is not None:
@@ -98,7 +116,7 @@ def symbolic_structs(dyn, names, flexible) -> list:
         structs = [jax.ShapeDtypeStruct(tuple(dims_of.get(d, d) for d in shape),
                                         _dtype(leaf)) for shape, leaf in new_leaves]
         result.append(jax.tree_util.tree_unflatten(tree, structs))
-    return result
+    return result, enumerated
 
 
 class _Flex:
@@ -133,3 +151,62 @@ def cache_key(structs) -> tuple:
     dims, the flexible ones by symbol (not by the call's size)."""
     return tuple((tuple(str(d) for d in s.shape), str(s.dtype))
                  for s in jax.tree_util.tree_leaves(structs))
+
+
+MAX_ENUMERATED = 128  # Core ML's limit on enumerated shapes per input
+
+
+def describe_enumerated(model, specs, enumerated, target) -> list:
+    """Turn the ``shapeRange`` of inputs whose flexible dims are enumerated into
+    ``enumeratedShapes`` (docs/flexible.md): every combination of the enumerated symbols'
+    sizes, in one order for every input (Core ML pairs the k-th shapes of several inputs,
+    iOS18+; before iOS18 one input only). Returns the specs with the sizes in their bounds."""
+    import dataclasses
+    import itertools
+
+    syms = sorted(enumerated)
+    combos = list(itertools.product(*(enumerated[s] for s in syms)))
+    feats = {f.name: f for f in model.description.input}
+    out, n_enum = [], 0
+    for spec in specs:
+        dims = [d for d in spec.shape if isinstance(d, str)]
+        if not any(d in enumerated for d in dims):
+            out.append(spec)
+            continue
+        ranged = [d for d in dims if d not in enumerated]
+        if ranged:
+            raise ArgumentError(
+                f"argument '{spec.name}' mixes enumerated and range flexible axes "
+                f"({ranged} are ranges): a Core ML input has one kind; make them all "
+                "enumerated (lists) or all ranges ((lower, upper))")
+        n_enum += 1
+        if len(combos) > MAX_ENUMERATED:
+            raise ArgumentError(f"{len(combos)} enumerated shapes for '{spec.name}': Core ML "
+                                f"takes at most {MAX_ENUMERATED}")
+        arr = feats[spec.mil_name].type.multiArrayType
+        arr.ClearField("shapeRange")
+        shapes = []
+        for combo in combos:
+            size = dict(zip(syms, combo))
+            shapes.append([size[d] if isinstance(d, str) else d for d in spec.io_shape])
+        for shp in shapes:
+            arr.enumeratedShapes.shapes.add(shape=shp)
+        del arr.shape[:]
+        arr.shape.extend(shapes[0])
+        out.append(dataclasses.replace(spec, bounds=tuple(
+            (b[0], b[1], tuple(enumerated[d])) if isinstance(d, str) else b
+            for d, b in zip(spec.shape, spec.bounds))))
+    import json
+
+    meta = model.description.metadata.userDefined
+    io = json.loads(meta["rlxjax.io"])
+    by_name = {sp.mil_name: sp for sp in out}
+    for row in io["inputs"]:
+        if row.get("bounds"):
+            row["bounds"] = by_name[row["mil_name"]].bounds
+    meta["rlxjax.io"] = json.dumps(io)
+    if n_enum > 1 and not target.at_least("iOS18"):
+        raise ArgumentError(
+            f"{n_enum} inputs have enumerated shapes: before iOS18 Core ML takes enumerated "
+            "shapes on one input only; compile with target='iOS18' or use ranges")
+    return out

@@ -206,3 +206,42 @@ def test_train_step_with_a_flexible_batch(mode):
             np.testing.assert_allclose(got[k], jp[k], rtol=1e-4, atol=1e-6)
     with pytest.raises(ArgumentError, match="batch arguments only"):
         rlxjax.coreml_train_step(loss, opt, flexible={"params": {0: (1, 4)}})
+
+
+def test_enumerated_sizes(tmp_path):
+    """flexible= with a list of sizes: Core ML enumerated shapes (each can run on the
+    Neural Engine); a size not listed is refused by the host, the reference backend and
+    the loaded package alike."""
+    from rlxjax.runtime import make_backend
+    from rlxjax.runtime.reference.interpreter import ReferenceRuntimeError
+
+    def f(w, x):
+        return jnp.tanh(x @ w).mean(0)
+
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 3)).astype(np.float32)
+    g = rlxjax.coreml_jit(f, backend="reference", flexible={"x": {0: [64, 1, 8]}})
+    for n in (1, 8, 64):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        np.testing.assert_allclose(g(w, x), jax.jit(f)(w, x), rtol=1e-5, atol=1e-6)
+    (c,) = g._cache.values()
+    c.validate()
+    arr = {i.name: i for i in c.spec.description.input}["x"].type.multiArrayType
+    assert [tuple(s.shape) for s in arr.enumeratedShapes.shapes] == [(1, 4), (8, 4), (64, 4)]
+    assert not arr.shapeRange.sizeRanges
+    with pytest.raises(ArgumentError, match=r"is 7, not one of the enumerated sizes \[1, 8, 64\]"):
+        g(w, np.ones((7, 4), np.float32))
+    run = make_backend("reference", c.spec, c._weights_dir)
+    with pytest.raises(ReferenceRuntimeError, match="not one of the enumerated shapes"):
+        run.run({"w": w, "x": np.ones((7, 4), np.float32)})
+    loaded = rlxjax.load(c.save(tmp_path / "enum.mlpackage"), backend="reference")
+    with pytest.raises(ArgumentError, match="enumerated sizes"):
+        loaded(w, np.ones((7, 4), np.float32))
+    two = rlxjax.coreml_jit(lambda x, y: x + y, flexible={"x": {0: [1, 2]}, "y": {0: [1, 2]}})
+    with pytest.raises(ArgumentError, match="before iOS18 Core ML takes enumerated shapes on "
+                                            "one input only"):
+        two.lower(np.ones((1, 3), np.float32), np.ones((1, 3), np.float32)).compile()
+    ok = rlxjax.coreml_jit(lambda x, y: x + y, target="iOS18", backend="reference",
+                           flexible={"x": {0: [1, 2]}, "y": {0: [1, 2]}})
+    np.testing.assert_array_equal(ok(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)),
+                                  np.full((2, 3), 2, np.float32))

@@ -134,6 +134,12 @@ class ReferenceProgram:
             for f in model.description.input
             if f.type.WhichOneof("Type") == "multiArrayType"
             and f.type.multiArrayType.shapeRange.sizeRanges}
+        #: input name -> the shapes it may take (Core ML enumerated shapes)
+        self.input_shapes = {
+            f.name: {tuple(e.shape) for e in f.type.multiArrayType.enumeratedShapes.shapes}
+            for f in model.description.input
+            if f.type.WhichOneof("Type") == "multiArrayType"
+            and f.type.multiArrayType.enumeratedShapes.shapes}
         #: name -> value of every const op (bound before each run; never written)
         self.constants = {}
         #: name -> declared (dtype, shape) of every tensor value: inputs, states, op outputs
@@ -277,6 +283,11 @@ class ReferenceProgram:
                     f"input '{name}' has shape {v.shape}, outside the flexible shape range "
                     f"{[(lo, hi if hi >= 0 else 'unbounded') for lo, hi in ranges]} of the "
                     "model description (Core ML refuses it too)")
+            shapes = self.input_shapes.get(name)
+            if shapes is not None and tuple(v.shape) not in shapes:
+                raise ReferenceRuntimeError(
+                    f"input '{name}' has shape {v.shape}, not one of the enumerated shapes "
+                    f"{sorted(shapes)} of the model description (Core ML refuses it too)")
             env[name] = v
         return env
 
