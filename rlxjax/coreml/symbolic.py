@@ -204,7 +204,24 @@ def _dot_general(ctx, node, a, b):
     return ctx.flex.reshape(out, ctx.out_type(node).shape, _where(node))
 
 
-FLEXIBLE = {"reshape": _reshape, "broadcast_in_dim": _broadcast_in_dim,
+def _select(ctx, node, pred, on_false, on_true):
+    """rules/elementwise.py's select, its first branch tiled to a flexible shape with
+    runtime reps where only the predicate carries the full shape."""
+    from ..ir import broadcast_shapes
+    from .rules.elementwise import select
+
+    t = ctx.out_type(node)
+    if broadcast_shapes(on_true.shape, on_false.shape) != tuple(t.shape):
+        full = (1,) * (t.rank - on_true.type.rank) + tuple(on_true.shape)
+        y = ctx.flex.reshape(on_true, full, _where(node))
+        reps = [1 if s == d else d for d, s in zip(t.shape, full)]
+        rep = (np.asarray(reps, np.int32) if all(isinstance(r, int) for r in reps)
+               else ctx.flex.shape(reps, _where(node)))
+        on_true = ctx.b.op("tile", t, x=y, reps=rep)
+    return select(ctx.b, t, pred, on_true, on_false)
+
+
+FLEXIBLE = {"select": _select, "reshape": _reshape, "broadcast_in_dim": _broadcast_in_dim,
             "slice": _slice, "dot_general": _dot_general}
 
 

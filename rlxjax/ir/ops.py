@@ -441,6 +441,10 @@ def _pad(ts, p):
     out = []
     for (lo, hi, interior), d in zip(cfg, x.shape):
         _require(interior >= 0, f"negative interior padding {interior}")
+        if isinstance(d, Dyn):  # a flexible axis (docs/flexible.md): left as it is
+            _require(lo == hi == interior == 0, f"pad {cfg} of the flexible dim {d} of {x}")
+            out.append(d)
+            continue
         n = lo + hi + d + max(0, d - 1) * interior
         _require(n >= 0, f"pad config {cfg} gives a negative size for {x}")
         out.append(n)
