@@ -61,9 +61,11 @@ class GradFunction(CoreMLFunction):
         return tree.num_leaves
 
     def _transform(self, traced: Traced, args) -> Traced:
-        if traced.host is not None:
-            traced.host.require_device_results("coreml_grad")
-        n_out = self._check_outputs(traced)
+        host = traced.host
+        if host is not None:  # random="inputs": aux may hold host results (a new RNG state)
+            host.require_device_loss("coreml_grad")
+        self._check_outputs(traced)
+        n_out = traced.n_device_out  # the program's result leaves (not the host's)
         for i in self._nums:
             if i >= len(args):
                 raise ArgumentError(f"argnums names argument {i}, but only {len(args)} given")
@@ -113,8 +115,12 @@ class GradFunction(CoreMLFunction):
         else:
             result = grads
         out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
+        if host is not None:  # the host's results keep their places among the value / aux
+            g_none = [None] * len(wrt)
+            host = host.with_outputs(host.outputs + g_none if self.value else
+                                     g_none + host.outputs[1:] if self.has_aux else g_none)
         return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules,
-                      dict(e_in), empty_out, traced.dropped, traced.host, traced.u32_leaves)
+                      dict(e_in), empty_out, traced.dropped, host, traced.u32_leaves)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

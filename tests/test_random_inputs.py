@@ -280,6 +280,4 @@ def test_refusals_name_the_operation():
         _jit(loop).lower(x, jax.random.key(0))
     with pytest.raises(ArgumentError, match="random="):
         rlxjax.coreml_jit(lambda x: x, random="device")
-    with pytest.raises(ArgumentError, match="computed only from keys"):
-        rlxjax.coreml_grad(lambda x, k: (x.sum(), jax.random.split(k)), has_aux=True,
-                           random="inputs", backend=TEST_BACKEND).lower(x, jax.random.key(0))
+    # (a loss computed only from keys: tests/test_random_state.py; host aux results are fine)

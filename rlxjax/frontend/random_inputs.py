@@ -91,13 +91,20 @@ class HostPart:
         it = iter(device_outs)
         return [next(it) if k is None else host_outs[k] for k in self.outputs]
 
-    def require_device_results(self, what: str) -> None:
-        """Transforms (gradients, training) replace the results: none may be the host's."""
-        if any(k is not None for k in self.outputs):
+    def require_device_loss(self, what: str) -> None:
+        """Transforms (gradients, training) differentiate the first result: it must be the
+        device's. Other results (aux) may be the host's: a new key, an advanced counter."""
+        if self.outputs and self.outputs[0] is not None:
             raise ArgumentError(
-                f"random='inputs' with {what}: a result of the function is computed only "
-                "from keys / counters (on the host), e.g. a new key returned; return only "
-                "values computed from the other arguments")
+                f"random='inputs' with {what}: the loss is computed only from keys / "
+                "counters (on the host), so it has no gradient; return a loss computed "
+                "from the parameters")
+
+    def with_outputs(self, outputs: List[Optional[int]]) -> "HostPart":
+        """The same host part for a transformed function whose result leaves are
+        ``outputs`` (host result index, or None for the program's): a gradient or training
+        transform keeps the host's aux results (a new nnx RNG state) where they were."""
+        return HostPart(self.leaves, self.fn, self.inputs, list(outputs))
 
     def shifted(self, n: int) -> "HostPart":
         """The same host part for argument leaves numbered from ``n`` (the first ``n``
