@@ -35,7 +35,7 @@ import numpy as np
 from .. import _jax_compat as jc
 from ..errors import ArgumentError, UnsupportedDTypeError, UnsupportedPrimitiveError
 from ..ir import dtype_from_numpy
-from . import randomness, uint32
+from . import random_meta, randomness, uint32
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _RANDOM = set(randomness.DRAWS) | set(randomness.KEY_ARITHMETIC)
@@ -51,10 +51,13 @@ class HostInput:
     dtype: str                 # JAX dtype computed on the host ('bool', 'float32', 'uint32')
     made_by: Optional[str]     # 'jax.random.bernoulli'
     source: Optional[str]      # the user's line of the draw
+    # {'distribution': 'bernoulli', 'p': 0.7}: what an app fills it with (random_meta.py)
+    distribution: Optional[Dict[str, Any]] = None
 
     def row(self) -> Dict[str, Any]:
         return dict(name=self.name, shape=list(self.shape), dtype=self.dtype,
-                    made_by=self.made_by, source=self.source)
+                    made_by=self.made_by, source=self.source,
+                    **(self.distribution or {}))
 
 
 @dataclass
@@ -232,6 +235,7 @@ def split(closed, names: Sequence[str], dropped: dict):
     arg_of = {v: names[i] for v, i, h in zip(fj.invars, kept, host_leaf) if h}
     inputs = [_host_input(v, producer, drawn, device_eqns, arg_of) for v in needed]
     _unique_names(inputs)
+    random_meta.annotate(inputs, needed, fj, flat.consts)
     is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
     host_outs = [v for v in fj.outvars if is_host(v)]
     outputs = [host_outs.index(v) if is_host(v) else None for v in fj.outvars]
