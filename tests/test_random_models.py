@@ -234,9 +234,9 @@ def seq2seq() -> Case:
 
 MODELS = {"linen_cnn": linen_cnn, "vae": vae, "linen_rnn": linen_rnn, "nnx": nnx_mlp,
           "equinox": eqx_mlp, "seq2seq": seq2seq}
-# the 20-step training run of this one is in the default suite (linen dropout and nnx
-# training also run by default in test_random_inputs.py / test_random_state.py); the rest slow
-FAST_TRAIN = {"seq2seq"}
+# the 20-step training runs are slow (~10-17 s each on the reference backend); linen
+# dropout and nnx training run by default in test_random_inputs.py / test_random_state.py
+FAST_TRAIN: set = set()
 
 
 def _same_rng(got, want):

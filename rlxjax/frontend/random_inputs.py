@@ -33,9 +33,10 @@ import jax
 import numpy as np
 
 from .. import _jax_compat as jc
-from ..errors import ArgumentError, UnsupportedDTypeError, UnsupportedPrimitiveError
+from ..errors import (ArgumentError, RlxError, UnsupportedDTypeError,
+                      UnsupportedPrimitiveError)
 from ..ir import dtype_from_numpy
-from . import random_meta, randomness, uint32
+from . import random_meta, random_scan, randomness, uint32
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _RANDOM = set(randomness.DRAWS) | set(randomness.KEY_ARITHMETIC)
@@ -142,7 +143,11 @@ def _has_user_frame(eqn) -> bool:
     return any(f[3] for f in randomness.frames(eqn))
 
 
-def _inline_eval(jaxpr, consts, args, outer=None):
+def _is_random(eqn) -> bool:
+    return eqn.primitive.name in _RANDOM
+
+
+def _inline_eval(jaxpr, consts, args, outer=None, resplit=None):
     """Evaluate ``jaxpr`` binding its equations, calls inlined. ``outer``: the source info
     of the call being inlined, for equations whose own has no user frame (the body of a
     jitted library function, e.g. jax.random's, traced once and cached): their user's
@@ -155,7 +160,13 @@ def _inline_eval(jaxpr, consts, args, outer=None):
         info = outer if outer is not None and not _has_user_frame(eqn) else None
         call = _call_jaxpr(eqn)
         if call:
-            outs = _inline_eval(*call, ins, outer=info or eqn.source_info)
+            outs = _inline_eval(*call, ins, outer=info or eqn.source_info, resplit=resplit)
+        elif resplit is not None and eqn is resplit.eqn:
+            try:
+                outs = random_scan.split_scan(eqn, ins, resplit.flags, _is_random,
+                                              _has_random, _bind_inlined)
+            except random_scan.CannotSplit as e:
+                raise _refuse(e.eqn, e.what) from None
         else:
             outs = jc.eval_equation(eqn, ins, info)
         for v, o in zip(eqn.outvars, outs):
@@ -164,14 +175,22 @@ def _inline_eval(jaxpr, consts, args, outer=None):
     return [read(v) for v in jaxpr.outvars]
 
 
+def _bind_inlined(eqn, ins):
+    call = _call_jaxpr(eqn)
+    return _inline_eval(*call, ins, outer=eqn.source_info) if call else \
+        jc.eval_equation(eqn, ins)
+
+
 def _struct(aval):
     return jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype)
 
 
-def _flatten(closed):
-    """``closed`` with every call inlined (re-traced: fresh variables, same source lines)."""
+def _flatten(closed, resplit=None):
+    """``closed`` with every call inlined (re-traced: fresh variables, same source lines),
+    and the scan ``resplit`` names split into a host and a device scan."""
     structs = [_struct(v.aval) for v in closed.jaxpr.invars]
-    return jax.make_jaxpr(lambda *a: _inline_eval(closed.jaxpr, closed.consts, a))(*structs)
+    return jax.make_jaxpr(lambda *a: _inline_eval(closed.jaxpr, closed.consts, a,
+                                                  resplit=resplit))(*structs)
 
 
 # -- splitting -----------------------------------------------------------------------------
@@ -201,6 +220,15 @@ def split(closed, names: Sequence[str], dropped: dict):
     if not any(host_leaf) and not randomness.find(jaxpr, _RANDOM):
         return closed, dropped, None
     flat = _flatten(closed)
+    for _ in range(64):  # a re-flatten per scan drawing next to device values
+        try:
+            return _split_flat(flat, jaxpr, names, dropped, kept, host_leaf)
+        except random_scan.Resplit as r:  # split that scan in two (random_scan.py)
+            flat = _flatten(flat, r)
+    raise RlxError("internal: random='inputs' keeps splitting scans")
+
+
+def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
     fj = flat.jaxpr
     host = {v for v, h in zip(fj.invars, host_leaf) if h}
     neutral = set(fj.constvars)  # computed from constants only: usable on both sides
@@ -222,6 +250,11 @@ def split(closed, names: Sequence[str], dropped: dict):
             neutral.update(eqn.outvars)
             continue
         if _has_random(eqn):
+            side = [random_scan.HOST if v in host else random_scan.NEUTRAL if
+                    isinstance(v, jc.Literal) or v in neutral else random_scan.DEVICE
+                    for v in eqn.invars]
+            if prim == "scan" and random_scan.DEVICE in side:
+                raise random_scan.Resplit(eqn, side)
             raise _refuse(eqn, "draws random numbers inside an operation that also "
                           "computes on device values, which rlxjax cannot split")
         device_eqns.append(eqn)
@@ -268,6 +301,10 @@ def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:
             continue
         seen.add(id(eqn))
         fn = randomness.random_function([eqn])
+        if eqn.primitive.name == "scan" and not isinstance(u, jc.Literal):
+            body = eqn.params["jaxpr"].jaxpr  # a host scan (random_scan.py): its draw
+            out = body.outvars[list(eqn.outvars).index(u)]
+            fn = _made_by(out, {o: e for e in body.eqns for o in e.outvars}, {})[0]
         if fn:
             return fn, None
         todo.extend(x for x in eqn.invars if not isinstance(x, jc.Literal))

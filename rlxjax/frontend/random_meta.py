@@ -17,7 +17,8 @@ distribution       the input is                                              par
 ``randint``        integers in [minval, maxval)                               ``minval, maxval``
 =================  ========================================================  ==================
 
-A draw converted to another dtype (``randint`` read as float32) keeps its distribution;
+A draw inside a ``scan`` (random_scan.py) is an input stacked over the steps, with the
+same distribution. A draw converted to another dtype (``randint`` read as float32) keeps its distribution;
 the row's ``dtype`` is the input's. Anything else the device reads from the host (a draw your code then scales by a constant,
 a permutation's gather indices) is ``derived``: its ``made_by`` and ``source`` say where
 it comes from; an app must reproduce that computation. A parameter that varies over the
@@ -125,6 +126,11 @@ def _describe(g: _Graph, v) -> Optional[Dict[str, Any]]:
     if e is None:
         return None
     prim = e.primitive.name
+    if prim == "scan":  # random_scan.py's host scan: each step's draw, stacked
+        i, body = list(e.outvars).index(v), e.params["jaxpr"]
+        if i < e.params["num_carry"]:
+            return None
+        return _describe(_Graph(body.jaxpr, body.consts), body.jaxpr.outvars[i])
     if prim == "convert_element_type":  # the same values in another dtype (randint -> f32)
         return _describe(g, e.invars[0])
     if prim == "lt" and np.dtype(v.aval.dtype) == np.bool_ and _uniform(g, e.invars[0]):
