@@ -147,20 +147,24 @@ def _is_random(eqn) -> bool:
     return eqn.primitive.name in _RANDOM
 
 
-def _inline_eval(jaxpr, consts, args, outer=None, resplit=None):
+def _inline_eval(jaxpr, consts, args, outer=None, resplit=None, library=False):
     """Evaluate ``jaxpr`` binding its equations, calls inlined. ``outer``: the source info
     of the call being inlined, for equations whose own has no user frame (the body of a
     jitted library function, e.g. jax.random's, traced once and cached): their user's
-    line, and the jax.random function that led to them, are the call's."""
+    line, and the jax.random function that led to them, are the call's; so are those of
+    a library function's body (``library``: jax.random's ``_uniform``, traced once, keeps
+    the user frames of whichever call traced it first)."""
     env = dict(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
     read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
-        info = outer if outer is not None and not _has_user_frame(eqn) else None
+        info = outer if outer is not None and (library or not _has_user_frame(eqn)) \
+            else None
         call = _call_jaxpr(eqn)
-        if call:
-            outs = _inline_eval(*call, ins, outer=info or eqn.source_info, resplit=resplit)
+        if call:  # a library function's cached jaxpr keeps another call's user frames
+            outs = _inline_eval(*call, ins, outer=info or eqn.source_info, resplit=resplit,
+                                library=library or jc.is_library_function(call[0]))
         elif resplit is not None and eqn is resplit.eqn:
             try:
                 outs = random_scan.split_scan(eqn, ins, resplit.flags, _is_random,
@@ -177,8 +181,10 @@ def _inline_eval(jaxpr, consts, args, outer=None, resplit=None):
 
 def _bind_inlined(eqn, ins):
     call = _call_jaxpr(eqn)
-    return _inline_eval(*call, ins, outer=eqn.source_info) if call else \
-        jc.eval_equation(eqn, ins)
+    if not call:
+        return jc.eval_equation(eqn, ins)
+    return _inline_eval(*call, ins, outer=eqn.source_info,
+                        library=jc.is_library_function(call[0]))
 
 
 def _struct(aval):
