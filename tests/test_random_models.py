@@ -293,7 +293,10 @@ def test_gradient_equals_jax(name, random):
 
 
 # -- the default mode: dead randomness compiles, live randomness is a clear error ------------
-@pytest.mark.parametrize("name", sorted(MODELS))
+# (dead randomness of linen dropout, nn.RNN, nnx and equinox runs by default in
+# test_dead_random.py: here only the seq2seq sampler's, the rest with -m slow)
+@pytest.mark.parametrize("name", [n if n == "seq2seq" else pytest.param(
+    n, marks=pytest.mark.slow) for n in sorted(MODELS)])
 def test_default_mode_deterministic_compiles_and_training_is_named(name):
     case = MODELS[name]()
 
