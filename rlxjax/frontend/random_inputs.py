@@ -143,6 +143,15 @@ def _has_user_frame(eqn) -> bool:
     return any(f[3] for f in randomness.frames(eqn))
 
 
+class _Resplit(Exception):
+    """Raised splitting: re-flatten with ``eqn`` (a scan drawing next to device values)
+    split in two by random_scan.py, given each operand's side (``flags``)."""
+
+    def __init__(self, eqn, flags):
+        super().__init__("internal: a scan to split")
+        self.eqn, self.flags = eqn, list(flags)
+
+
 def _is_random(eqn) -> bool:
     return eqn.primitive.name in _RANDOM
 
@@ -166,11 +175,8 @@ def _inline_eval(jaxpr, consts, args, outer=None, resplit=None, library=False):
             outs = _inline_eval(*call, ins, outer=info or eqn.source_info, resplit=resplit,
                                 library=library or jc.is_library_function(call[0]))
         elif resplit is not None and eqn is resplit.eqn:
-            try:
-                outs = random_scan.split_scan(eqn, ins, resplit.flags, _is_random,
-                                              _has_random, _bind_inlined)
-            except random_scan.CannotSplit as e:
-                raise _refuse(e.eqn, e.what) from None
+            outs = random_scan.split_scan(eqn, ins, resplit.flags, _is_random, _has_random,
+                                          _bind_inlined, _refuse)
         else:
             outs = jc.eval_equation(eqn, ins, info)
         for v, o in zip(eqn.outvars, outs):
@@ -229,7 +235,7 @@ def split(closed, names: Sequence[str], dropped: dict):
     for _ in range(64):  # a re-flatten per scan drawing next to device values
         try:
             return _split_flat(flat, jaxpr, names, dropped, kept, host_leaf)
-        except random_scan.Resplit as r:  # split that scan in two (random_scan.py)
+        except _Resplit as r:  # split that scan in two (random_scan.py)
             flat = _flatten(flat, r)
     raise RlxError("internal: random='inputs' keeps splitting scans")
 
@@ -260,7 +266,7 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
                     isinstance(v, jc.Literal) or v in neutral else random_scan.DEVICE
                     for v in eqn.invars]
             if prim == "scan" and random_scan.DEVICE in side:
-                raise random_scan.Resplit(eqn, side)
+                raise _Resplit(eqn, side)
             raise _refuse(eqn, "draws random numbers inside an operation that also "
                           "computes on device values, which rlxjax cannot split")
         device_eqns.append(eqn)

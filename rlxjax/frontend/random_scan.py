@@ -25,26 +25,9 @@ from .. import _jax_compat as jc
 HOST, NEUTRAL, DEVICE = "h", "n", "d"
 
 
-class Resplit(Exception):
-    """Raised by the classification: re-flatten with ``eqn`` (a scan) split by
-    ``split_scan`` given each of its operands' side (``flags``)."""
-
-    def __init__(self, eqn, flags: Sequence[str]):
-        super().__init__("internal: scan to split")
-        self.eqn, self.flags = eqn, list(flags)
-
-
-class CannotSplit(Exception):
-    """The body mixes host and device values in one equation that draws (the caller
-    names it)."""
-
-    def __init__(self, eqn, what: str):
-        super().__init__(what)
-        self.eqn, self.what = eqn, what
-
-
-def _classify(jaxpr, flags, is_random, has_random):
-    """Each equation's side: (host vars, neutral vars, [(eqn, side)])."""
+def _classify(jaxpr, flags, is_random, has_random, refuse):
+    """Each equation's side: (host vars, neutral vars, [(eqn, side)]). What mixes host and
+    device values in an equation that draws raises ``refuse(eqn, what)``."""
     host = {v for v, f in zip(jaxpr.invars, flags) if f == HOST}
     neutral = set(jaxpr.constvars) | {v for v, f in zip(jaxpr.invars, flags) if f == NEUTRAL}
     sides = []
@@ -56,23 +39,23 @@ def _classify(jaxpr, flags, is_random, has_random):
                 sides.append((eqn, HOST))
                 continue
             if is_random(eqn):
-                raise CannotSplit(eqn, "draws from a key computed from device values")
+                raise refuse(eqn, "draws from a key computed from device values")
         elif all(v in neutral for v in ins) and not eqn.effects and not has_random(eqn):
             neutral.update(eqn.outvars)
             sides.append((eqn, NEUTRAL))
             continue
         if has_random(eqn):
-            raise CannotSplit(eqn, "draws random numbers inside an operation that also "
+            raise refuse(eqn, "draws random numbers inside an operation that also "
                               "computes on device values, which rlxjax cannot split")
         sides.append((eqn, DEVICE))
     return host, neutral, sides
 
 
-def side_of(jaxpr, flags, nc: int, nk: int, is_random, has_random):
+def side_of(jaxpr, flags, nc: int, nk: int, is_random, has_random, refuse):
     """The body's classification with the carries' sides at their fixed point."""
     flags = list(flags)
     while True:
-        host, neutral, sides = _classify(jaxpr, flags, is_random, has_random)
+        host, neutral, sides = _classify(jaxpr, flags, is_random, has_random, refuse)
         new = list(flags)
         for i in range(nc, nc + nk):
             out = jaxpr.outvars[i - nc]
@@ -101,15 +84,16 @@ def _run(jaxpr, consts, env: Dict, eqns, bind) -> None:
                 env[v] = o
 
 
-def split_scan(eqn, ins: List, flags: Sequence[str], is_random, has_random, bind) -> List:
+def split_scan(eqn, ins: List, flags: Sequence[str], is_random, has_random, bind,
+               refuse) -> List:
     """Bind ``eqn`` (a scan) as a host scan and a device scan on the values ``ins``
     (``flags``: each operand's side); returns the scan's results. ``bind(eqn, values)``
     binds a body equation (calls inlined, so the draws keep their shape for
-    random_meta.py)."""
+    random_meta.py); ``refuse(eqn, what)`` makes the error for what cannot split."""
     p = eqn.params
     body = p["jaxpr"]
     bj, nc, nk = body.jaxpr, p["num_consts"], p["num_carry"]
-    flags, host, _, sides = side_of(bj, flags, nc, nk, is_random, has_random)
+    flags, host, _, sides = side_of(bj, flags, nc, nk, is_random, has_random, refuse)
     read = lambda env, v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
     is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
     host_eqns = [e for e, s in sides if s != DEVICE]
