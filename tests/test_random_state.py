@@ -141,3 +141,25 @@ def test_rng_state_in_the_parameters_is_refused_with_a_way_out():
                                     optax.sgd(0.1), backend=TEST_BACKEND, random="inputs")
     with pytest.raises(ArgumentError, match=r"pass PRNG keys and RNG counters in the batch"):
         step(step.init((params, rng_state)), _x(4, 8), _x(4, 3))
+
+
+def test_uint32_counters_and_indices_in_inputs_mode():
+    """Counters stay uint32 on the host (any value: the host computes with them); a uint32
+    the device reads is an int32 input, and a value that does not fit names the input."""
+    from jax import lax
+
+    def f(x, cache, count):
+        return lax.dynamic_slice(x, (cache["cache_index"],), (2,)) * 2.0, count + 1
+
+    x = _x(10)
+    ours = rlxjax.coreml_jit(f, backend=TEST_BACKEND, random="inputs")
+    big = np.uint32(2**32 - 2)  # a counter near the top of uint32: host arithmetic, exact
+    for i in (0, 7, 9):  # (9: clamped, as JAX does)
+        y, c = ours(x, {"cache_index": np.uint32(i)}, big)
+        want_y, want_c = jax.jit(f)(x, {"cache_index": np.uint32(i)}, big)
+        np.testing.assert_array_equal(y, np.asarray(want_y))
+        assert c.dtype == np.uint32 and int(c) == int(want_c) == 2**32 - 1
+    assert "int32" in [s.dtype for s in ours.lower(x, {"cache_index": np.uint32(0)},
+                                                    big).compile().input_specs]
+    with pytest.raises(ArgumentError, match=r"'cache\.cache_index'.*holds 2147483648"):
+        ours(x, {"cache_index": np.uint32(2**31)}, big)
