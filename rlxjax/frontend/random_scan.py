@@ -113,7 +113,7 @@ def split_scan(eqn, ins: List, flags: Sequence[str], is_random, has_random, bind
     def pick(side, lo, hi):
         return [k for k in range(lo, hi) if flags[k] in side]
 
-    hc, hk, hx = pick((HOST, NEUTRAL), 0, nc), pick(HOST, nc, nc + nk), \
+    hc, hk, hx = pick((HOST, NEUTRAL), 0, nc), pick((HOST,), nc, nc + nk), \
         pick((HOST, NEUTRAL), nc + nk, len(ins))
     dc, dk, dx = pick((DEVICE, NEUTRAL), 0, nc), pick((DEVICE, NEUTRAL), nc, nc + nk), \
         pick((DEVICE, NEUTRAL), nc + nk, len(ins))
