@@ -298,6 +298,8 @@ class Lowered:
             rows = self._traced.host.metadata()
             for row, spec in zip(rows, ins[len(ins) - len(rows):]):
                 row["feature"] = spec.mil_name
+            if hasattr(self._traced.host, "payload"):  # random="device": mode and draws
+                rows = self._traced.host.payload(rows)
             model.description.metadata.userDefined[RANDOM_METADATA_KEY] = json.dumps(rows)
         describe_empty_io(model, self._traced, ins, outs)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
