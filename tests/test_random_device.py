@@ -282,3 +282,40 @@ def test_reference_seeding_is_reproducible_and_advances():
     seed_fresh_draws(5)
     np.testing.assert_array_equal(compiled(x, jax.random.key(0)), a)
     assert (a != b).all()
+
+
+def test_what_cannot_be_split_is_refused_in_device_mode_too():
+    def loop(x, k):
+        def body(c, _):
+            x, k = c
+            k, sub = jax.random.split(k)
+            return (x + jax.random.normal(sub, x.shape), k), None
+        return jax.lax.scan(body, (x, k), None, length=3)[0][0]
+
+    with pytest.raises(UnsupportedPrimitiveError, match=r"^random='device': .*'scan' at "
+                       r".*test_random_device"):
+        _jit(loop).lower(np.zeros((3,), F32), jax.random.key(0))
+
+
+def test_nnx_dropout_with_rngs_made_from_a_key_argument():
+    from flax import nnx
+
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.lin = nnx.Linear(4, 4, rngs=rngs)
+            self.drop = nnx.Dropout(0.5)
+
+        def __call__(self, x, key):
+            return self.drop(self.lin(x), rngs=nnx.Rngs(dropout=key))
+
+    model = Model(nnx.Rngs(0))
+    graphdef, state = nnx.split(model)
+    f = lambda state, x, key: nnx.merge(graphdef, state)(x, key)  # noqa: E731
+    x = np.ones((256, 4), F32)
+    compiled = _jit(f).lower(state, x, jax.random.key(1)).compile()
+    assert compiled.op_histogram()["random_bernoulli"] == 1
+    got = compiled(state, x, jax.random.key(1))
+    dense = np.asarray(nnx.merge(graphdef, state).lin(x)) / 0.5  # JAX's kept values
+    kept = got != 0  # the mask is Core ML's
+    np.testing.assert_allclose(got[kept], dense[kept], rtol=1e-5)
+    assert abs(kept.mean() - 0.5) < 5 * np.sqrt(0.25 / kept.size)

@@ -246,7 +246,7 @@ class _Interpreter:
             k = 1
             while k < len(chain) and self.uses.get(chain[k - 1].var, 0) == 1:
                 k += 1
-            k, value = self._recognise(chain[:k])
+            k, value = self._recognise(chain[:k], d)
             self._cache[id(chain[k])] = value
             start = k + 1
         for node in chain[start:]:
@@ -255,7 +255,7 @@ class _Interpreter:
             self._cache[id(node)] = jc.eval_equation(node.eqn, args)[0]
         return self._cache[id(d)]
 
-    def _recognise(self, chain):
+    def _recognise(self, chain, target):
         """(index in ``chain`` of the value drawn, its device value): the longest prefix
         of the uniform's chain that is one Core ML distribution."""
         root = chain[0]
@@ -280,16 +280,19 @@ class _Interpreter:
             if p is not None:
                 dist, a, b, k = "bernoulli", min(max(p, 0.0), 1.0), 0.0, k + 1
         shape = tuple(chain[k].var.aval.shape) if dist == "bernoulli" else shape
-        self._record(root, dist, a, b, shape, dt, chain[k].eqn)
+        self._record(root, dist, a, b, shape, dt, [target.eqn, chain[k].eqn, root.eqn])
         with jc.at_source(chain[k].eqn.source_info):
             return k, draw_p.bind(dist=dist, shape=shape, dtype=dt, a=float(a), b=float(b))
 
-    def _record(self, root, dist, a, b, shape, dt, last) -> None:
+    def _record(self, root, dist, a, b, shape, dt, eqns) -> None:
+        # the jax.random function: seen from the value read (a cached jitted _uniform's
+        # equations may carry another call's frames, jax 0.8), else from the draw
         op, pa, pb = MIL_OPS[dist]
         line, _ = randomness.where([root.eqn])
         params = {pa: a} if pb is None else {pa: a, pb: b}
-        self.draws.append(dict(made_by=randomness.random_function([last]) or
-                               randomness.random_function([root.eqn]),
+        made_by = next((f for f in map(randomness.random_function, ([e] for e in eqns))
+                        if f), None)
+        self.draws.append(dict(made_by=made_by,
                                op=op, shape=list(shape), dtype=dt.name, params=params,
                                source=line))
 
@@ -345,7 +348,14 @@ def split(closed, names, dropped):
     """``random_inputs.split`` with the drawn program inputs computed on the device.
     Returns ``(device_closed, dropped, host)``, ``host`` a DeviceHostPart (None when
     nothing is random)."""
-    device, dropped, host = random_inputs.split(closed, names, dropped)
+    try:
+        device, dropped, host = random_inputs.split(closed, names, dropped)
+    except UnsupportedPrimitiveError as e:  # what cannot be split: same in both modes
+        msg = str(e)
+        if not msg.startswith("random='inputs'"):
+            raise
+        raise UnsupportedPrimitiveError(e.primitive, e.source, message=(
+            "random='device'" + msg[len("random='inputs'"):])) from None
     if host is None:
         return device, dropped, None
     parts = host.parts
