@@ -158,7 +158,10 @@ def test_a_new_key_returned_comes_from_the_host():
 def test_draws_core_ml_cannot_make_name_the_function_and_the_way_out():
     x = np.zeros((4,), F32)
     for f, name in [(lambda x, k: x + jax.random.randint(k, x.shape, 0, 5), "randint"),
-                    (lambda x, k: x[jax.random.permutation(k, 4)], "permutation")]:
+                    (lambda x, k: x[jax.random.permutation(k, 4)], "permutation"),
+                    (lambda x, k: x + jax.random.bits(k, x.shape).astype(F32), "bits"),
+                    (lambda x, k: x + jax.random.gamma(k, 2.0, x.shape), "gamma"),
+                    (lambda x, k: jax.random.poisson(k, 3.0, x.shape).astype(F32), "poisson")]:
         with pytest.raises(UnsupportedPrimitiveError,
                            match=rf"random='device': jax\.random\.{name} .*random='inputs'"):
             _jit(f)(x, jax.random.key(0))

@@ -104,9 +104,12 @@ class _Draw:
 _SYM = (_Key, _Bits, _Draw)
 
 
-def _refuse(eqn, what: str) -> UnsupportedPrimitiveError:
+def _refuse(eqn, what: str, draw=None, fn=None) -> UnsupportedPrimitiveError:
+    """``draw``: the equation that drew, for the jax.random function when ``eqn`` (the
+    user's own use of the bits) was not made by one."""
     line, via = randomness.where([eqn])
-    fn = randomness.random_function([eqn])
+    fn = fn or randomness.random_function([eqn]) or (
+        randomness.random_function([draw]) if draw is not None else None)
     at = (f" at {line}" if line else "") + (f", via {via}" if via else "")
     name = fn or f"JAX primitive '{eqn.primitive.name}'"
     return UnsupportedPrimitiveError(eqn.primitive.name, line, message=(
@@ -215,7 +218,7 @@ class _Interpreter:
         if b.stage == 3 and prim == "sub" and ins[0] is b and c == 1.0:
             return _Draw(eqn.outvars[0], b.eqn, shape=b.shape, dtype=b.dtype)
         raise _refuse(eqn, "uses random bits other than as a uniform float (randint, "
-                      "permutation, bits, ...)")
+                      "permutation, bits, ...)", draw=b.eqn)
 
     # -- on the device (inside the device part's trace) ---------------------------------
     def value(self, v):
@@ -316,6 +319,11 @@ def _device_value_kind(x) -> str:
     return "refuse"
 
 
+def _function(v, parts) -> Optional[str]:
+    """The jax.random function nearest among the equations that computed ``v``."""
+    return random_inputs._made_by(v, parts.producer, {})[0]
+
+
 # -- the split -------------------------------------------------------------------------
 class DeviceHostPart(HostPart):
     """The host part of a ``random="device"`` program: what still runs on the host (uint32
@@ -367,14 +375,18 @@ def split(closed, names, dropped):
             reader = next(e for e in parts.fj.eqns if any(x is v for x in e.invars))
             raise _refuse(parts.producer.get(v) or reader,
                           f"computes program input '{spec.name}' from a key without a draw "
-                          "Core ML can make")
+                          "Core ML can make", fn=_function(v, parts))
         kinds.append(kind)
     on_device = [k == "device" for k in kinds]
     kept = [v for v, d in zip(parts.needed, on_device) if not d]
     # results computed only from draws are the device's too; others (a new key) the host's
     res = [None if k is None else parts.host_outs[k] for k in host.outputs]
-    drawn_res = [v is not None and _device_value_kind(probe.read(v)) == "device"
-                 for v in res]
+    res_kinds = [None if v is None else _device_value_kind(probe.read(v)) for v in res]
+    for v, kind in zip(res, res_kinds):
+        if kind == "refuse" and not randomness.not_an_input(v.aval):  # (a key: the host's)
+            raise _refuse(parts.producer[v], "computes a result from a key without a draw "
+                          "Core ML can make", fn=_function(v, parts))
+    drawn_res = [kind == "device" for kind in res_kinds]
     host_outs = [v for v, d in zip(res, drawn_res) if v is not None and not d]
     outputs = [None if v is None or d else host_outs.index(v) for v, d in zip(res, drawn_res)]
     n_dev = len(device.jaxpr.invars) - len(parts.needed)
