@@ -322,3 +322,34 @@ def test_nnx_dropout_with_rngs_made_from_a_key_argument():
     kept = got != 0  # the mask is Core ML's
     np.testing.assert_allclose(got[kept], dense[kept], rtol=1e-5)
     assert abs(kept.mean() - 0.5) < 5 * np.sqrt(0.25 / kept.size)
+
+
+def test_nnx_rng_state_advances_on_the_host_while_the_mask_is_drawn_on_the_device():
+    from flax import nnx
+
+    class Model(nnx.Module):
+        def __init__(self, rngs):
+            self.lin = nnx.Linear(8, 16, rngs=rngs)
+            self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+        def __call__(self, x):
+            return self.drop(self.lin(x))
+
+    model = Model(nnx.Rngs(0))
+    model.train()
+    graphdef, state = nnx.split(model)
+
+    def f(state, x):
+        m = nnx.merge(graphdef, state)
+        return m(x), nnx.state(m)
+
+    x = np.ones((4, 8), F32)
+    fn = _jit(f)
+    y, new = fn(state, x)
+    _, want = jax.jit(f)(state, x)
+    count = lambda s: int(s["drop"]["rngs"]["count"].value)  # noqa: E731
+    assert count(new) == count(want) == count(state) + 1
+    compiled = next(iter(fn._cache.values()))
+    assert [s.name for s in compiled.input_specs][-1] == "x"  # no key, no counter input
+    assert compiled.op_histogram()["random_bernoulli"] == 1
+    assert set(np.unique(y == 0)) == {False, True}
