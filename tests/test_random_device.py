@@ -353,3 +353,28 @@ def test_nnx_rng_state_advances_on_the_host_while_the_mask_is_drawn_on_the_devic
     assert [s.name for s in compiled.input_specs][-1] == "x"  # no key, no counter input
     assert compiled.op_histogram()["random_bernoulli"] == 1
     assert set(np.unique(y == 0)) == {False, True}
+
+
+def test_the_saved_package_holds_core_ml_random_ops_and_runs(tmp_path):
+    import os
+
+    from rlxjax.coreml.mil import function_block, operations
+    from rlxjax.coreml.validate import validate_model
+    import coremltools as ct
+
+    def f(x, k):
+        k1, k2 = jax.random.split(k)
+        keep = jax.random.bernoulli(k1, 0.5, x.shape)
+        return jnp.where(keep, x / 0.5, 0.0) + 0.1 * jax.random.normal(k2, x.shape)
+
+    x = np.ones((512,), F32)
+    path = _jit(f).lower(x, jax.random.key(0)).compile().save(tmp_path / "r.mlpackage")
+    spec = ct.utils.load_spec(path)
+    ops = {op.type for op in operations(function_block(spec, "main"))}
+    assert {"random_bernoulli", "random_normal"} <= ops
+    validate_model(spec, os.path.join(path, "Data", "com.apple.CoreML", "weights"))
+    meta = json.loads(spec.description.metadata.userDefined["rlxjax.random"])
+    assert [d["op"] for d in meta["draws"]] == ["random_bernoulli", "random_normal"]
+    loaded = rlxjax.load(path, backend=TEST_BACKEND)
+    a, b = (next(iter(loaded(x=x).values())) for _ in range(2))
+    assert (a != b).any() and abs((np.abs(a) > 1).mean() - 0.5) < 5 * np.sqrt(0.25 / 512)
