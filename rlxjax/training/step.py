@@ -183,11 +183,19 @@ class TrainStep(CoreMLFunction):
                 bar.update(1)
         return state, history
 
-    def save(self, path) -> str:
-        """Save the training program last run (call the step once first)."""
+    def save(self, path, predict=None) -> str:
+        """Save the training program last run (call the step once first). With
+        ``predict=(fn, *example_inputs)`` the package is a multifunction ML Program (iOS18)
+        with functions ``train_step`` (the default) and ``predict`` = ``fn(params,
+        *inputs)``; in mlstate mode both use the same Core ML states, so predict reads the
+        weights the latest step wrote (training/multifunction.py)."""
         if self._latest is None:
             raise RlxError("nothing compiled yet: call the step once (or step.lower(...)) "
                            "so that the batch shapes are known, then save")
+        if predict is not None:
+            from .multifunction import save_train_predict
+
+            return save_train_predict(self, self._latest, path, predict)
         return self._latest.compiled.save(path)
 
 
