@@ -353,9 +353,14 @@ class LoadedModel:
         if self.backend not in REFERENCE_BACKENDS or len(self._family) < 2:
             return
         owner = getattr(state, "owner", None)
-        if owner is not None and owner is not self._program and any(
-                getattr(m, "_program", None) is owner for m in self._family.values()):
-            state.share_with(self._program)
+        if owner is None or owner is self._program:
+            return
+        if not any(getattr(m, "_program", None) is owner for m in self._family.values()):
+            raise ArgumentError(
+                "this state was made by another loaded package: the functions of one "
+                "package share states when reached from one load, m = rlxjax.load(path); "
+                "st = m.make_state(); m.function(name)(..., state=st)")
+        state.share_with(self._program)
 
     def __call__(self, *args, state=None, **kwargs) -> Dict[str, np.ndarray]:
         if bool(self.state_names) != (state is not None):

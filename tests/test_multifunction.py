@@ -225,6 +225,31 @@ def test_function_argument_errors(package, tmp_path):
     assert rlxjax.load(single, function="main").functions == ("main",)
 
 
+def test_state_sharing_is_per_load_and_fast_backend_agrees(package):
+    import coremltools as ct
+
+    mode, _, _, path, _ = package
+    if mode != "mlstate":
+        pytest.skip("an io package has no states")
+    ct.models.MLModel(path, skip_model_load=True, function_name="predict")
+    rng = np.random.default_rng(3)
+    outs = []
+    for backend in ("reference", "reference-fast"):
+        m = rlxjax.load(path, backend=backend)
+        st = m.make_state()
+        for n in m.state_names:  # any exact encoding of some weights
+            st.write_state(n, np.round(rng.uniform(-50, 50, st.read_state(n).shape))
+                           .astype(np.float16) if "f32_exp" not in n else
+                           np.full(st.read_state(n).shape, 190, np.float16))
+        rng = np.random.default_rng(3)
+        outs.append((m(x=X, y=Y, state=st)["out"], m.run("predict", x=XQ, state=st)["out"]))
+        other = rlxjax.load(path, backend=backend)
+        with pytest.raises(rlxjax.errors.ArgumentError, match="another loaded package"):
+            other.function("predict")(x=XQ, state=st)
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_output_aliasing_a_state_write_is_refused():
     """apple/coremltools#2713: Core ML crashes loading a program whose output is the
     value a write_state stores."""
