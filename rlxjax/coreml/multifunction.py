@@ -23,7 +23,9 @@ Runtime pitfall avoided (``check_no_output_aliases_state_write``): Core ML crash
 a stateful program whose function output is the very value a ``write_state`` stores
 (reported against coremltools in apple/coremltools#2713, "Reject stateful programs whose
 output aliases a state-write source": a segmentation fault in the runtime, no Python
-error). Every function here is checked for it before the package is written. Memory
+error). Every function here is checked for it before the package is written (our
+``write_state`` has no outputs, so the pattern is a block output naming a ``write_state``'s
+``data``; ``predict`` writes no state at all). Memory
 grows with the number of functions even when all weights are shared
 (apple/coremltools#2351); two functions keep that small.
 """
@@ -136,9 +138,8 @@ def merge_programs(parts: Sequence[Tuple[str, Model_pb2.Model, str]], default: s
                 blob.fileName = f"@model_path/weights/{WEIGHT_FILE}"
                 blob.offset = offset
     del writer  # the weight file is complete once its writer is dropped
-    meta = desc.metadata
-    for _, part, _ in parts[:1]:
-        meta.CopyFrom(part.description.metadata)
+    meta = desc.metadata  # author, license, ... of the first part; rlxjax.* per function
+    meta.CopyFrom(parts[0][1].description.metadata)
     for k in [k for k in meta.userDefined if k.startswith("rlxjax.") and k != "rlxjax.version"]:
         del meta.userDefined[k]
     meta.userDefined[FUNCTIONS_KEY] = json.dumps({"default": default,
@@ -159,10 +160,10 @@ def function_names(model: Model_pb2.Model) -> Tuple[str, ...]:
 
 
 def function_view(model: Model_pb2.Model, name: str) -> Model_pb2.Model:
-    """A Model whose description is ``name``'s (inputs, outputs, states and its own
-    ``rlxjax.*`` metadata at the top level, as a single-function package has them) and
-    whose program is shared by reference-free copy of ``model``'s (the interpreter is
-    told which function to run). For rlxjax.load / inspect."""
+    """A single-function Model of function ``name``: its description's inputs, outputs,
+    states and its own ``rlxjax.*`` metadata at the top level, as a single-function
+    package has them, and a copy of that one function (still named ``name``: the
+    interpreter is told which function to run). For rlxjax.load and rlxjax inspect."""
     descs = {f.name: f for f in model.description.functions}
     if name not in descs:
         raise KeyError(name)
