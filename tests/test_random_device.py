@@ -300,6 +300,24 @@ def test_what_cannot_be_split_is_refused_in_device_mode_too():
         _jit(loop).lower(np.zeros((3,), F32), jax.random.key(0))
 
 
+def test_draws_in_a_key_only_loop_are_refused_and_vmapped_draws_are_made():
+    def loop(x, k):
+        return x + jax.lax.scan(lambda c, k: (c, jax.random.normal(k, (3,))), 0,
+                                jax.random.split(k, 8))[1]
+
+    x = np.zeros((8, 3), F32)
+    with pytest.raises(UnsupportedPrimitiveError, match=r"^random='device': jax\.random\."
+                       r"normal at .*test_random_device.* draws inside 'scan'"):
+        _jit(loop).lower(x, jax.random.key(0))
+
+    def vmapped(x, k):
+        return x + jax.vmap(lambda k: jax.random.normal(k, (50,)))(jax.random.split(k, 400))
+
+    x = np.zeros((400, 50), F32)
+    got = _jit(vmapped)(x, jax.random.key(0))
+    _ks(got, vmapped(x, jax.random.key(1)), stats.norm())
+
+
 def test_nnx_dropout_with_rngs_made_from_a_key_argument():
     from flax import nnx
 

@@ -319,6 +319,42 @@ def _device_value_kind(x) -> str:
     return "refuse"
 
 
+def _no_draw(v, parts, eqn, what: str) -> UnsupportedPrimitiveError:
+    """``v`` (``what``) is computed from a key, but not by a draw Core ML can make."""
+    loop = _loop_with_draw(v, parts)
+    if loop is not None and randomness.random_function([loop]) is None:  # the user's loop
+        return _refuse(loop, f"draws inside '{loop.primitive.name}' (random='device' makes "
+                       "the draws outside loops and branches: draw all steps' numbers "
+                       "before the loop, e.g. jax.random.normal(k, (steps, ...)), and index "
+                       "them)", fn=_inner_function(loop))
+    return _refuse(eqn, f"computes {what} from a key without a draw Core ML can make",
+                   fn=_function(v, parts))
+
+
+def _inner_function(eqn) -> Optional[str]:
+    """The jax.random function of the first draw inside ``eqn``'s body."""
+    for sub in randomness.subjaxprs(eqn):
+        chain = randomness.find(sub, randomness.DRAWS)
+        if chain:
+            return randomness.random_function(chain)
+    return None
+
+
+def _loop_with_draw(v, parts):
+    """The scan / while / cond among the equations computing ``v`` that draws inside."""
+    todo, seen = [v], set()
+    while todo:
+        eqn = parts.producer.get(todo.pop())
+        if eqn is None or id(eqn) in seen:
+            continue
+        seen.add(id(eqn))
+        if random_inputs._has_random(eqn) and eqn.primitive.name in ("scan", "while",
+                                                                      "cond"):
+            return eqn
+        todo.extend(x for x in eqn.invars if not isinstance(x, jc.Literal))
+    return None
+
+
 def _function(v, parts) -> Optional[str]:
     """The jax.random function nearest among the equations that computed ``v``."""
     return random_inputs._made_by(v, parts.producer, {})[0]
@@ -373,9 +409,8 @@ def split(closed, names, dropped):
         kind = _device_value_kind(probe.read(v))
         if kind == "refuse":
             reader = next(e for e in parts.fj.eqns if any(x is v for x in e.invars))
-            raise _refuse(parts.producer.get(v) or reader,
-                          f"computes program input '{spec.name}' from a key without a draw "
-                          "Core ML can make", fn=_function(v, parts))
+            raise _no_draw(v, parts, parts.producer.get(v) or reader,
+                           f"program input '{spec.name}'")
         kinds.append(kind)
     on_device = [k == "device" for k in kinds]
     kept = [v for v, d in zip(parts.needed, on_device) if not d]
@@ -384,8 +419,7 @@ def split(closed, names, dropped):
     res_kinds = [None if v is None else _device_value_kind(probe.read(v)) for v in res]
     for v, kind in zip(res, res_kinds):
         if kind == "refuse" and not randomness.not_an_input(v.aval):  # (a key: the host's)
-            raise _refuse(parts.producer[v], "computes a result from a key without a draw "
-                          "Core ML can make", fn=_function(v, parts))
+            raise _no_draw(v, parts, parts.producer[v], "a result")
     drawn_res = [kind == "device" for kind in res_kinds]
     host_outs = [v for v, d in zip(res, drawn_res) if v is not None and not d]
     outputs = [None if v is None or d else host_outs.index(v) for v, d in zip(res, drawn_res)]
