@@ -73,7 +73,7 @@ def _draw_rule(ctx, eqn):
                     seed=-1)
     else:
         mask = ctx.add("bernoulli", shape=shape, dtype=dtype, prob=p["a"], seed=-1)
-        v = ctx.add("gt", mask, ctx.constant(np.zeros(shape, dtype.np)))
+        v = ctx.add("gt", mask, ctx.constant(np.zeros((), dtype.np)))
     return ctx.add("reshape", v, shape=()) if not p["shape"] else v
 
 
