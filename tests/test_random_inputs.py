@@ -279,7 +279,7 @@ def test_refusals_name_the_operation():
     with pytest.raises(UnsupportedPrimitiveError, match=r"'scan' at .*test_random_inputs"):
         _jit(loop).lower(x, jax.random.key(0))
     with pytest.raises(ArgumentError, match="random="):
-        rlxjax.coreml_jit(lambda x: x, random="device")
+        rlxjax.coreml_jit(lambda x: x, random="host")
     with pytest.raises(ArgumentError, match="computed only from keys"):
         rlxjax.coreml_grad(lambda x, k: (x.sum(), jax.random.split(k)), has_aux=True,
                            random="inputs", backend=TEST_BACKEND).lower(x, jax.random.key(0))

@@ -39,7 +39,7 @@ from . import randomness, uint32
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _RANDOM = set(randomness.DRAWS) | set(randomness.KEY_ARITHMETIC)
-MODES = (None, "inputs")
+MODES = (None, "inputs", "device")
 
 
 @dataclass
@@ -65,6 +65,8 @@ class HostPart:
     fn: Callable               # jitted: those leaves -> (program inputs..., host results...)
     inputs: List[HostInput]    # the program inputs it computes (graph inputs after the leaves)
     outputs: List[Optional[int]]  # per function result leaf: host result index, or None
+    # the split's equations, for random="device" (random_device.py): SplitParts
+    parts: Any = None
 
     def run(self, leaves: Sequence[Any]):
         """(program input arrays, host results) for one call's argument leaves."""
@@ -105,17 +107,35 @@ class HostPart:
         if any(i < n for i in self.leaves):
             raise ArgumentError("random='inputs': a PRNG key or counter among the "
                                 "parameters or optimizer state; pass it in the batch")
-        return HostPart([i - n for i in self.leaves], self.fn, self.inputs, self.outputs)
+        return HostPart([i - n for i in self.leaves], self.fn, self.inputs, self.outputs,
+                        self.parts)
 
     def metadata(self) -> List[Dict[str, Any]]:
         return [i.row() for i in self.inputs]
 
 
+@dataclass
+class SplitParts:
+    """What ``split`` worked from, kept for ``random="device"`` (random_device.py), which
+    computes the drawn program inputs on the device instead."""
+
+    fj: Any                    # the flattened jaxpr
+    consts: list
+    host_vars: list            # its host argument variables (keys, uint32 leaves)
+    in_order: list             # host and constant-only equations, in program order
+    needed: list               # the host values the device reads (the program inputs)
+    host_outs: list            # the host values the function returns
+    drawn: set                 # host values computed from a draw
+    producer: dict             # host value -> its equation
+    device: Any                # the device part (closed jaxpr: device leaves, needed)
+
+
 def check_mode(random) -> None:
     if random not in MODES:
-        raise ArgumentError(f"random={random!r}: choose None (live randomness is an error) "
-                            "or 'inputs' (draws computed on the host by jax.random, fed "
-                            "as program inputs)")
+        raise ArgumentError(f"random={random!r}: choose None (live randomness is an error), "
+                            "'inputs' (draws computed on the host by jax.random, fed "
+                            "as program inputs) or 'device' (draws made by Core ML's random "
+                            "ops on the device: the same distributions, not JAX's numbers)")
 
 
 # -- inlining calls ----------------------------------------------------------------------
@@ -241,7 +261,9 @@ def split(closed, names: Sequence[str], dropped: dict):
         if h:
             new_dropped[i] = (names[i], tuple(var.aval.shape), var.aval.dtype)
     host_leaves = [i for i, h in zip(kept, host_leaf) if h]
-    return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs)
+    parts = SplitParts(fj, flat.consts, host_vars, in_order, needed, host_outs, drawn,
+                       producer, device)
+    return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs, parts)
 
 
 def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:

@@ -212,6 +212,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     rlxjax/training/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
     (dropout) are computed on the host from the keys in the batch and fed as program
     inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
+    ``random="device"``: the draws are Core ML random ops, fresh on every step.
     """
     if state == "mlstate":
         target = "iOS18" if target is None else target
