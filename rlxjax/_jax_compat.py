@@ -155,3 +155,9 @@ def equation_binder(eqn):
         subfuns, bind_params = bind_params
         return lambda *args: prim.bind(*subfuns, *args, **bind_params)
     return lambda *args: prim.bind(*args, **bind_params)
+
+
+def at_source(source_info):
+    """A context in which newly bound equations record ``source_info``'s traceback (the
+    user's line), as a re-traced equation does (random_device.py's draws)."""
+    return _source_info_util.user_context(source_info.traceback)

@@ -276,5 +276,5 @@ def test_refusals_name_the_operation():
     with pytest.raises(UnsupportedPrimitiveError, match=r"'cond' at .*test_random_inputs"):
         _jit(branch).lower(x, jax.random.key(0))
     with pytest.raises(ArgumentError, match="random="):
-        rlxjax.coreml_jit(lambda x: x, random="device")
+        rlxjax.coreml_jit(lambda x: x, random="host")
     # (a loss computed only from keys: tests/test_random_state.py; host aux results are fine)

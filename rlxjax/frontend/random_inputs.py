@@ -26,6 +26,7 @@ counters read by the device are carried as int32 (checked < 2**31 on each call).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -40,7 +41,7 @@ from . import random_meta, random_scan, randomness, uint32
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _RANDOM = set(randomness.DRAWS) | set(randomness.KEY_ARITHMETIC)
-MODES = (None, "inputs")
+MODES = (None, "inputs", "device")
 
 
 @dataclass
@@ -69,6 +70,8 @@ class HostPart:
     fn: Callable               # jitted: those leaves -> (program inputs..., host results...)
     inputs: List[HostInput]    # the program inputs it computes (graph inputs after the leaves)
     outputs: List[Optional[int]]  # per function result leaf: host result index, or None
+    # the split's equations, for random="device" (random_device.py): SplitParts
+    parts: Any = None
 
     def run(self, leaves: Sequence[Any]):
         """(program input arrays, host results) for one call's argument leaves."""
@@ -108,7 +111,9 @@ class HostPart:
         """The same host part for a transformed function whose result leaves are
         ``outputs`` (host result index, or None for the program's): a gradient or training
         transform keeps the host's aux results (a new nnx RNG state) where they were."""
-        return HostPart(self.leaves, self.fn, self.inputs, list(outputs))
+        new = copy.copy(self)  # (a subclass keeps its own fields: random_device.py's)
+        new.outputs = list(outputs)
+        return new
 
     def shifted(self, n: int) -> "HostPart":
         """The same host part for argument leaves numbered from ``n`` (the first ``n``
@@ -116,17 +121,35 @@ class HostPart:
         if any(i < n for i in self.leaves):
             raise ArgumentError("random='inputs': a PRNG key or counter among the "
                                 "parameters or optimizer state; pass it in the batch")
-        return HostPart([i - n for i in self.leaves], self.fn, self.inputs, self.outputs)
+        return HostPart([i - n for i in self.leaves], self.fn, self.inputs, self.outputs,
+                        self.parts)
 
     def metadata(self) -> List[Dict[str, Any]]:
         return [i.row() for i in self.inputs]
 
 
+@dataclass
+class SplitParts:
+    """What ``split`` worked from, kept for ``random="device"`` (random_device.py), which
+    computes the drawn program inputs on the device instead."""
+
+    fj: Any                    # the flattened jaxpr
+    consts: list
+    host_vars: list            # its host argument variables (keys, uint32 leaves)
+    in_order: list             # host and constant-only equations, in program order
+    needed: list               # the host values the device reads (the program inputs)
+    host_outs: list            # the host values the function returns
+    drawn: set                 # host values computed from a draw
+    producer: dict             # host value -> its equation
+    device: Any                # the device part (closed jaxpr: device leaves, needed)
+
+
 def check_mode(random) -> None:
     if random not in MODES:
-        raise ArgumentError(f"random={random!r}: choose None (live randomness is an error) "
-                            "or 'inputs' (draws computed on the host by jax.random, fed "
-                            "as program inputs)")
+        raise ArgumentError(f"random={random!r}: choose None (live randomness is an error), "
+                            "'inputs' (draws computed on the host by jax.random, fed "
+                            "as program inputs) or 'device' (draws made by Core ML's random "
+                            "ops on the device: the same distributions, not JAX's numbers)")
 
 
 # -- inlining calls ----------------------------------------------------------------------
@@ -297,7 +320,9 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
         if h:
             new_dropped[i] = (names[i], tuple(var.aval.shape), var.aval.dtype)
     host_leaves = [i for i, h in zip(kept, host_leaf) if h]
-    return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs)
+    parts = SplitParts(fj, flat.consts, host_vars, in_order, needed, host_outs, drawn,
+                       producer, device)
+    return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs, parts)
 
 
 def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:

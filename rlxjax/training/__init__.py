@@ -8,6 +8,8 @@
 * ``checkpoint.py`` checkpoints and ``export_state`` files (written through rlxjax/atomic.py)
 * ``progress.py``   the progress bar of ``fit`` (tqdm)
 * ``export.py``     ``export_inference``
+* ``multifunction.py`` ``step.save(path, predict=...)``: train_step + predict in one package
+* ``params_io.py``  ``export_params`` / ``load_params``: parameters as safetensors
 """
 from .export import export_inference
 from .state import TrainState

@@ -147,6 +147,25 @@ class TrainStep(CoreMLFunction):
         """The trained parameters as a JAX pytree."""
         return jax.tree_util.tree_map(jax.numpy.asarray, state.params)
 
+    def export_params(self, state: TrainState, path) -> str:
+        """Write the parameters (``self.params(state)``: the whole tree) to the safetensors
+        file ``path`` atomically, one tensor per leaf named by its pytree path, keys joined
+        by '/' (training/params_io.py); returns its absolute path."""
+        from .params_io import save_params
+
+        return save_params(path, self.params(state), {"step": str(state.step)})
+
+    def load_params(self, path, like: TrainState, *, reset_optimizer: bool = False,
+                    strict: bool = True) -> TrainState:
+        """``like`` with its parameters read from the safetensors file ``path`` (as
+        ``export_params`` writes it; checked leaf by leaf against ``like.params``). The
+        optimizer state and step count are ``like``'s, or, with ``reset_optimizer``,
+        ``optimizer.init`` of the loaded parameters and step 0."""
+        state = TrainState.load_params(path, like, strict=strict)
+        if reset_optimizer:
+            state = TrainState(state.params, numpy_tree(self.optimizer.init(state.params)), 0)
+        return state
+
     def fit(self, state: TrainState, batches: Iterable, steps: int, progress: bool = True):
         """Run ``steps`` steps over ``batches`` (an iterable of argument tuples, cycled);
         returns (state, loss history). ``progress`` shows a tqdm bar on stderr (redrawn
@@ -166,11 +185,19 @@ class TrainStep(CoreMLFunction):
                 bar.update(1)
         return state, history
 
-    def save(self, path) -> str:
-        """Save the training program last run (call the step once first)."""
+    def save(self, path, predict=None) -> str:
+        """Save the training program last run (call the step once first). With
+        ``predict=(fn, *example_inputs)`` the package is a multifunction ML Program (iOS18)
+        with functions ``train_step`` (the default) and ``predict`` = ``fn(params,
+        *inputs)``; in mlstate mode both use the same Core ML states, so predict reads the
+        weights the latest step wrote (training/multifunction.py)."""
         if self._latest is None:
             raise RlxError("nothing compiled yet: call the step once (or step.lower(...)) "
                            "so that the batch shapes are known, then save")
+        if predict is not None:
+            from .multifunction import save_train_predict
+
+            return save_train_predict(self, self._latest, path, predict)
         return self._latest.compiled.save(path)
 
 
@@ -200,6 +227,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     rlxjax/training/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
     (dropout) are computed on the host from the keys in the batch and fed as program
     inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
+    ``random="device"``: the draws are Core ML random ops, fresh on every step.
     """
     if state == "mlstate":
         target = "iOS18" if target is None else target
