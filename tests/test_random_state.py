@@ -163,3 +163,21 @@ def test_uint32_counters_and_indices_in_inputs_mode():
                                                     big).compile().input_specs]
     with pytest.raises(ArgumentError, match=r"'cache\.cache_index'.*holds 2147483648"):
         ours(x, {"cache_index": np.uint32(2**31)}, big)
+
+
+def test_nnx_rng_state_advances_through_a_device_mode_training_step():
+    """random='device' draws the masks on the device; the RNG state still comes back from
+    the host as aux, advanced as JAX advances it."""
+    optax = pytest.importorskip("optax")
+    _, params, rng_state, loss = nnx_split()
+    x, y = _x(8, 8), _x(8, 3)
+    step = rlxjax.coreml_train_step(loss, optax.sgd(0.1), has_aux=True,
+                                    backend=TEST_BACKEND, random="device")
+    state, ours, theirs = step.init(params), rng_state, rng_state
+    for _ in range(3):
+        state, v, ours = step(state, ours, x, y)
+        theirs = jax.jit(loss)(params, theirs, x, y)[1]
+        assert np.isfinite(float(v))
+    _same_rng_state(ours, theirs)
+    ops = step.last_compiled.op_histogram()
+    assert ops.get("random_bernoulli") == 1, ops
