@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Callable, Dict, Iterable, List, Optional
 
 import jax
+import numpy as np
 
 from ..api import Compiled, CoreMLFunction
 from ..coreml.targets import get_target, require
 from ..errors import ArgumentError, RlxError
-from ..frontend import Traced, arg_names
+from ..frontend import Traced, arg_names, path_name
 from .checkpoint import write_state_files
 from .export import numpy_tree
 from .layout import MODES, leaf_struct, state_layout
@@ -104,6 +105,7 @@ class TrainStep(CoreMLFunction):
         """The initial TrainState. Passing an example batch also compiles the program for
         its shapes (so ``save`` works before the first step) and, in mlstate mode, writes the
         values into a fresh device state (otherwise the first step does that)."""
+        _refuse_rng_state(params)
         params = numpy_tree(params)
         state = TrainState(params, numpy_tree(self.optimizer.init(params)), 0)
         if example_batch:
@@ -197,6 +199,19 @@ class TrainStep(CoreMLFunction):
 
             return save_train_predict(self, self._latest, path, predict)
         return self._latest.compiled.save(path)
+
+
+def _refuse_rng_state(params) -> None:
+    """PRNG keys and RNG counters are no trained parameters: say where they go."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is not None and (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or
+                                  dtype == np.uint32):
+            raise ArgumentError(
+                f"'{path_name('params', path)}' is {dtype}: params and optimizer state can "
+                "hold only trained float arrays (and int32); pass PRNG keys and RNG counters "
+                "in the batch (nnx: nnx.split(model, nnx.Param, nnx.RngState) and return the "
+                "new RNG state as aux, docs/errors.md)")
 
 
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
