@@ -91,6 +91,21 @@ def resolve_mask(trainable, params) -> List[bool]:
     return mask
 
 
+def bake_leaf(name: str, leaf, compress: Optional[str]):
+    """(the values the program computes with, the params of its weight node, its
+    compression report row) of the frozen leaf ``name``."""
+    arr = np.asarray(leaf)
+    arr = arr.astype(leaf_struct(arr).dtype, copy=False)  # as JAX computes with it
+    if arr.size == 0:
+        raise ArgumentError(f"frozen parameter '{name}' is zero-size: leave it out of params "
+                            "(close over it)")
+    c = compress_leaf(arr, compress) if compress is not None else None
+    value = arr if c is None else c.value
+    weight = dict(value=value, name=name, **(c.params() if c is not None
+                                             else {"scheme": "none"}))
+    return value, weight, leaf_report(name, arr, c)
+
+
 @dataclass
 class FrozenSplit:
     """The frozen / trainable split of one ``params`` tree."""
@@ -111,19 +126,11 @@ class FrozenSplit:
             if m:
                 continue
             name = path_name("params", path)
-            arr = np.asarray(leaf)
-            struct = leaf_struct(arr)
-            arr = arr.astype(struct.dtype, copy=False)  # as JAX computes with it
-            if arr.size == 0:
-                raise ArgumentError(f"frozen parameter '{name}' is zero-size: leave it out "
-                                    "of params (close over it)")
-            c = compress_leaf(arr, compress) if compress is not None else None
-            value = arr if c is None else c.value
+            value, weight, row = bake_leaf(name, leaf, compress)
             names.append(name)
             values.append(value)
-            weights.append(dict(value=value, name=name, **(
-                c.params() if c is not None else {"scheme": "none"})))
-            rows.append(leaf_report(name, arr, c))
+            weights.append(weight)
+            rows.append(row)
         return cls(treedef, mask, names, values, weights,
                    CompressionReport(compress, tuple(rows)))
 

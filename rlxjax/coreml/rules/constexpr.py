@@ -58,7 +58,7 @@ def _decompress(b, p, scheme, ios18):
         axis = value.ndim - 1  # per channel on the last axis (compress.py)
         return b.constexpr("constexpr_affine_dequantize", f32, {
             "quantized_data": data,
-            "zero_point": np.zeros(value.shape[axis], np.int8),
+            "zero_point": np.int8(0),
             "scale": scale.reshape(-1),
             "axis": np.int32(axis)}, True)
     nbits = 4 if scheme == "palettize4" else 8
