@@ -53,6 +53,13 @@ def check_scheme(compress: Optional[str], target) -> None:
                             "(or None to store weights in fp32)")
     t = target if isinstance(target, Target) else get_target(target)
     require(t, SCHEMES[compress], f"compress={compress!r}")
+    if compress.startswith("palettize"):
+        import importlib.util
+
+        if importlib.util.find_spec("kmeans1d") is None:
+            raise ArgumentError(f"compress={compress!r} clusters with coremltools' k-means, "
+                                "which needs the kmeans1d package: pip install kmeans1d "
+                                "(or rlxjax[compress])")
 
 
 def compressible(arr) -> bool:

@@ -16,7 +16,7 @@ import jax
 from ..api import CoreMLFunction
 from ..coreml.compress import CompressionReport, check_scheme
 from ..frontend import Traced, arg_names, path_name
-from .trainable import bake_leaf, bake_weights
+from .frozen import bake_leaf, bake_weights
 
 
 class _Baked(CoreMLFunction):

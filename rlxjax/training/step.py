@@ -28,6 +28,11 @@ from .progress import progress_bar
 from .state import DeviceState, TrainState
 
 
+#: the TrainStep subclass of ``trainable=`` / ``compress=`` (training/trainable.py appends it
+#: when the package is imported; a registration, so that this module does not import it)
+MASKED_STEP: List[type] = []
+
+
 class TrainStep(CoreMLFunction):
     """What ``coreml_train_step`` returns."""
 
@@ -203,7 +208,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
                    precision=precision, backend=backend, random=random)
     if trainable is None and compress is None:
         return TrainStep(loss, optimizer, **options)
-    from .trainable import MaskedTrainStep, check_split_options
+    from .frozen import check_split_options
 
     check_split_options(trainable, compress, target)
-    return MaskedTrainStep(loss, optimizer, trainable=trainable, compress=compress, **options)
+    return MASKED_STEP[0](loss, optimizer, trainable=trainable, compress=compress, **options)
