@@ -1,7 +1,7 @@
 """Weight compression (``compress=``): package weight bytes and errors per scheme.
 
 For a small transformer LM (flax: token embedding, 2 pre-LN blocks of multi-head attention
-and a 4x MLP, d=128, vocabulary 256) and an MLP (256-1024-1024-10), exports an inference
+and a 4x MLP, d=128, vocabulary 256) and an MLP (256-512-512-10), exports an inference
 package per scheme (``export_inference(..., compress=)``, target iOS18) and prints, per
 scheme: the size of ``weights/weight.bin`` and its ratio to the fp32 package's, the error of
 the dequantised weights (largest max|w_q - w| over the weights, and that divided by
@@ -61,7 +61,7 @@ class LM(nn.Module):
 class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
-        for n in (1024, 1024):
+        for n in (512, 512):
             x = nn.relu(nn.Dense(n)(x))
         return nn.Dense(10)(x)
 
@@ -73,7 +73,7 @@ def models():
     return {
         "transformer LM (d 128, 2 layers)": (lambda p, t: lm.apply(p, t),
                                              lm.init(jax.random.PRNGKey(0), tokens), tokens),
-        "MLP 256-1024-1024-10": (lambda p, x: mlp.apply(p, x),
+        "MLP 256-512-512-10": (lambda p, x: mlp.apply(p, x),
                                  mlp.init(jax.random.PRNGKey(1), x), x),
     }
 

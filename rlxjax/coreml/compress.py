@@ -22,10 +22,11 @@ scheme         stored as                                          target  MIL op
 =============  =================================================  ======  ==============
 
 The maths is coremltools.optimize's own (``coreml/ct_private.py``: linear quantisation
-``blockwise_compress``, k-means through kmeans1d). The program computes with the
-*dequantised* values, exactly as Core ML's constexpr ops decompress them; ``compress_leaf``
-returns them, and the graph's ``weight`` node (rlxjax/ir/weight.py) carries both. A JAX
-reference of a compressed program runs on those values (``dequantised_tree``).
+``blockwise_compress``, k-means through the kmeans1d copy coremltools ships). The program
+computes with the *dequantised* values, exactly as Core ML's constexpr ops decompress them;
+``compress_leaf`` returns them, and the graph's ``weight`` node (rlxjax/ir/weight.py)
+carries both. A JAX reference of a compressed program runs on those values
+(``step.params(step.init(params))`` for a training step; ``compress_leaf(w).value``).
 """
 from __future__ import annotations
 
@@ -53,13 +54,6 @@ def check_scheme(compress: Optional[str], target) -> None:
                             "(or None to store weights in fp32)")
     t = target if isinstance(target, Target) else get_target(target)
     require(t, SCHEMES[compress], f"compress={compress!r}")
-    if compress.startswith("palettize"):
-        import importlib.util
-
-        if importlib.util.find_spec("kmeans1d") is None:
-            raise ArgumentError(f"compress={compress!r} clusters with coremltools' k-means, "
-                                "which needs the kmeans1d package: pip install kmeans1d "
-                                "(or rlxjax[compress])")
 
 
 def compressible(arr) -> bool:
