@@ -124,3 +124,29 @@ def test_a_scheme_the_target_lacks_is_a_target_error():
         rlxjax.export_inference(_mlp, p, x, compress="int8", target="iOS15")
     with pytest.raises(ArgumentError, match="choose one of fp16, int8"):
         rlxjax.export_inference(_mlp, p, x, compress="int3")
+
+
+def test_weights_are_never_folded_or_merged_and_fp16_programs_cast_them():
+    """A transpose of a weight stays an op on it (no unmarked fp32 copy in the weight file);
+    the cost model counts the compressed payload as the program's weight bytes."""
+    rng = np.random.default_rng(3)
+    p = {"w": rng.normal(size=(64, 32)).astype(np.float32)}
+    x = rng.normal(size=(2, 64)).astype(np.float32)
+
+    def f(p, x):
+        return x @ p["w"] + jnp.sum(p["w"].T, axis=1)[:32] * 2.0
+
+    c32 = rlxjax.export_inference(f, p, x)
+    for precision in ("fp32", "fp16"):
+        c = rlxjax.export_inference(f, p, x, compress="int8", precision=precision,
+                                    target="iOS18", backend="reference")
+        c.validate()
+        ops = c.op_histogram()
+        assert ops["constexpr_blockwise_shift_scale"] == 1 and "transpose" in ops, ops
+        plain = rlxjax.export_inference(f, p, x, precision=precision).op_histogram()
+        assert ops.get("cast", 0) == plain.get("cast", 0) + (precision == "fp16"), ops
+        deq = {"w": compress_leaf(p["w"], "int8").value}
+        tol = 1e-5 if precision == "fp32" else 3e-2
+        np.testing.assert_allclose(np.asarray(c(x)), np.asarray(f(deq, x)), rtol=tol, atol=tol)
+        cost = c.cost_analysis()["weight_bytes"]
+        assert 64 * 32 <= cost < 64 * 32 + 1024 < c32.cost_analysis()["weight_bytes"]
