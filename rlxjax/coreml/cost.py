@@ -155,7 +155,8 @@ def analyse(spec, function: str = "main") -> dict:
         row = _const_row(op, outs[0], consts) if op.type == "const" else \
             _op_row(op, outs, types, consts)
         if op.type.startswith("constexpr_"):  # a weight decompressed at load: no compute
-            row.update(flops=0, bytes_read=0, bytes_written=0, weight_bytes=_payload_bytes(op))
+            row.update(flops=0, bytes_read=0, bytes_written=0,
+                       weight_bytes=_payload_bytes(op))
         row["depth"] = site.depth
         rows.append(row)
     non_const = [r for r in rows if r["type"] != "const"]
