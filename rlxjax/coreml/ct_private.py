@@ -147,8 +147,8 @@ def dequantize(data: np.ndarray, scale: np.ndarray) -> np.ndarray:
 def kmeans_palettize(arr: np.ndarray, nbits: int):
     """Per-tensor k-means palettisation with coremltools' own clustering
     (``_get_kmeans_lookup_table_and_weight``, through the kmeans1d copy coremltools ships in
-    ``coremltools._deps``: optimal and deterministic in one dimension). Returns (lut of 2**nbits entries in arr's dtype,
-    uint8 indices of arr's shape)."""
+    ``coremltools._deps``: optimal and deterministic in one dimension). Returns (lut of
+    2**nbits entries in arr's dtype, uint8 indices of arr's shape)."""
     from coremltools.models.neural_network.quantization_utils import (
         _get_kmeans_lookup_table_and_weight)
 

@@ -10,9 +10,10 @@ its adapters in their own subtree and marks only that one trainable.
 The split (``FrozenSplit``):
 
 * the **trainable tree** is ``params`` with every frozen leaf replaced by
-  ``optax.MaskedNode()`` (an empty subtree, as ``optax.masked`` marks what it leaves out): it is what ``TrainState.params`` holds, what the optimizer is
-  initialised with (its state covers the trainable leaves only) and what the program takes
-  and returns (or keeps in its Core ML states);
+  ``optax.MaskedNode()`` (an empty subtree, as ``optax.masked`` marks what it leaves out):
+  it is what ``TrainState.params`` holds, what the optimizer is initialised with (its state
+  covers the trainable leaves only) and what the program takes and returns (or keeps in
+  its Core ML states);
 * the **frozen leaves** are baked into the program as ``weight`` nodes (rlxjax/ir/weight.py):
   constants in the weight file - not inputs, not states, not optimizer state. The grad
   transform differentiates only with respect to the trainable inputs, so no gradient is

@@ -24,7 +24,8 @@ from ...coreml import ct_private
 
 _DT = MIL_pb2.DataType
 
-#: MIL DataType enum -> numpy dtype. Sub-byte types (int4, uint1...) and fp8 are not supported.
+#: MIL DataType enum -> numpy dtype. Sub-byte types: SUB_BYTE (int4 / uint4 constexpr payloads);
+#: fp8 is not supported.
 MIL_TO_NUMPY = {
     _DT.BOOL: np.dtype(np.bool_),
     _DT.FLOAT16: np.dtype(np.float16),
@@ -141,7 +142,8 @@ class BlobFiles:
         # The reader trusts the file's blob header (it mmaps the file): check the header
         # against the file size and the declared tensor type before it reads anything.
         n = int(np.prod(shape, dtype=np.int64))
-        _check_blob(path, int(offset), dtype.itemsize * n if bits is None else (n * bits + 7) // 8)
+        _check_blob(path, int(offset),
+                    dtype.itemsize * n if bits is None else (n * bits + 7) // 8)
         try:
             data = np.asarray(getattr(reader, method)(int(offset)))
         except (ValueError, RuntimeError, IndexError, OverflowError, MemoryError) as e:
@@ -237,6 +239,7 @@ def _sub_byte(value, blobs: BlobFiles) -> np.ndarray:
             raise ValueDecodeError("sub-byte constant with a non-static shape")
         shape.append(int(d.constant.size))
     if value.WhichOneof("value") != "blobFileValue":
-        raise ValueDecodeError(f"{dtype_name(tt.dataType)} value not stored in the weight file")
+        raise ValueDecodeError(
+            f"{dtype_name(tt.dataType)} value not stored in the weight file")
     bf = value.blobFileValue
     return blobs.read(bf.fileName, bf.offset, dtype, tuple(shape), method=method, bits=bits)
