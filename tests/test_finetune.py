@@ -44,12 +44,15 @@ def _jax_losses(full, mask_tree, optimizer, batches, steps):
         return jax.tree.unflatten(treedef, [next(it) if m else x
                                             for x, m in zip(leaves, flags)])
 
-    opt_state, out = optimizer.init(trained), []
-    for i in range(steps):
-        x, y = batches[i % len(batches)]
+    @jax.jit
+    def step(trained, opt_state, x, y):
         loss, g = jax.value_and_grad(lambda t: _loss(merged(t), x, y))(trained)
         updates, opt_state = optimizer.update(g, opt_state, trained)
-        trained = optax.apply_updates(trained, updates)
+        return optax.apply_updates(trained, updates), opt_state, loss
+
+    opt_state, out = optimizer.init(trained), []
+    for i in range(steps):
+        trained, opt_state, loss = step(trained, opt_state, *batches[i % len(batches)])
         out.append(float(loss))
     return out, merged(trained)
 
