@@ -32,7 +32,7 @@ def _batches(n=3):
              rng.normal(size=(8, 3)).astype(np.float32)) for _ in range(n)]
 
 
-def _jax_losses(full, mask_tree, optimizer, batches, steps):
+def _jax_losses(full, mask_tree, optimizer, batches, steps, loss_fn=_loss):
     """The same split in JAX + optax: grads of the trainable leaves only, the frozen ones
     fixed at their values in ``full``."""
     flags = jax.tree.leaves(jax.tree.broadcast(mask_tree, full))
@@ -46,7 +46,7 @@ def _jax_losses(full, mask_tree, optimizer, batches, steps):
 
     @jax.jit
     def step(trained, opt_state, x, y):
-        loss, g = jax.value_and_grad(lambda t: _loss(merged(t), x, y))(trained)
+        loss, g = jax.value_and_grad(lambda t: loss_fn(merged(t), x, y))(trained)
         updates, opt_state = optimizer.update(g, opt_state, trained)
         return optax.apply_updates(trained, updates), opt_state, loss
 
@@ -150,3 +150,30 @@ def test_bad_masks_and_options_are_clear_errors():
         make(trainable={"body": False, "head": True}, compress="int4")
     with pytest.raises(ArgumentError, match="call step.init"):
         make(trainable={"body": False, "head": True}).lower(p, ())
+
+
+def test_a_lora_adapter_subtree_can_be_the_only_trainable_part():
+    """The use trainable= is shaped for: low-rank adapters in their own subtree, trained on
+    a frozen int8 base (JAX + optax on the dequantised base as the reference)."""
+    rng = np.random.default_rng(4)
+    params = {"base": _params(),
+              "lora": {"a": (rng.normal(size=(6, 2)) * 0.1).astype(np.float32),
+                       "b": np.zeros((2, 16), np.float32)}}
+
+    def loss(p, x, y):
+        w = p["base"]["body"]["w"] + p["lora"]["a"] @ p["lora"]["b"]
+        h = jnp.tanh(x @ w + p["base"]["body"]["b"])
+        return jnp.mean((h @ p["base"]["head"]["w"] + p["base"]["head"]["b"] - y) ** 2)
+
+    opt, mask = optax.adam(1e-2), {"base": False, "lora": True}
+    step = rlxjax.coreml_train_step(loss, opt, trainable=mask, compress="int8",
+                                    backend="reference")
+    st = step.init(params)
+    base = jax.tree.map(np.asarray, step.params(st))
+    st, got = step.fit(st, _batches(), steps=20, progress=False)
+
+    want, _ = _jax_losses(base, mask, opt, _batches(), 20, loss_fn=loss)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    names = [s.name for s in step.last_compiled.input_specs]
+    assert names[:2] == ["params.lora.a", "params.lora.b"]
+    assert not any("base" in n for n in names), names
