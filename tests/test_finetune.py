@@ -91,6 +91,7 @@ def test_an_int8_base_in_mlstate_matches_jax_on_the_dequantised_base():
     np.testing.assert_allclose(got, want, rtol=1e-4)
     np.testing.assert_allclose(step.params(st)["head"]["w"], trained["head"]["w"], rtol=1e-4,
                                atol=1e-6)
+    step.last_compiled.validate()  # coremltools' MIL loader accepts it
     ops = step.last_compiled.op_histogram()
     assert ops.get("constexpr_blockwise_shift_scale") == 1, ops
     report = {r.name: r for r in step.compression.leaves}
@@ -174,6 +175,7 @@ def test_a_lora_adapter_subtree_can_be_the_only_trainable_part():
 
     want, _ = _jax_losses(base, mask, opt, _batches(), 20, loss_fn=loss)
     np.testing.assert_allclose(got, want, rtol=1e-4)
+    step.last_compiled.validate()
     names = [s.name for s in step.last_compiled.input_specs]
     assert names[:2] == ["params.lora.a", "params.lora.b"]
     assert not any("base" in n for n in names), names
