@@ -29,6 +29,11 @@ from .progress import progress_bar
 from .state import DeviceState, TrainState
 
 
+#: the TrainStep subclass of ``trainable=`` / ``compress=`` (training/trainable.py appends it
+#: when the package is imported; a registration, so that this module does not import it)
+MASKED_STEP: List[type] = []
+
+
 class TrainStep(CoreMLFunction):
     """What ``coreml_train_step`` returns."""
 
@@ -216,7 +221,7 @@ def _refuse_rng_state(params) -> None:
 
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
                       precision: str = "fp32", has_aux: bool = False, backend=None,
-                      random=None):
+                      random=None, trainable=None, compress=None):
     """One Core ML program = forward + backward + ``optimizer`` update (optax).
 
     ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
@@ -228,6 +233,12 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     (dropout) are computed on the host from the keys in the batch and fed as program
     inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
     ``random="device"``: the draws are Core ML random ops, fresh on every step.
+
+    ``trainable``: which leaves of ``params`` are trained - a pytree of bools shaped like
+    ``params`` or a prefix of it, or a callable ``(path, leaf) -> bool``; the others are
+    frozen into the program as weights, stored compressed with ``compress`` (``"fp16"``,
+    ``"int8"``, ``"int4"``, ``"palettize4"``, ``"palettize8"``). See
+    rlxjax/training/trainable.py and rlxjax/coreml/compress.py.
     """
     if state == "mlstate":
         target = "iOS18" if target is None else target
@@ -236,5 +247,11 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     if precision != "fp32":
         raise ArgumentError("training steps compute in fp32 (precision='fp32'): fp16 "
                             "gradients and optimizer moments lose the updates")
-    return TrainStep(loss, optimizer, state=state, has_aux=has_aux, static_argnums=(),
-                     target=target, precision=precision, backend=backend, random=random)
+    options = dict(state=state, has_aux=has_aux, static_argnums=(), target=target,
+                   precision=precision, backend=backend, random=random)
+    if trainable is None and compress is None:
+        return TrainStep(loss, optimizer, **options)
+    from .frozen import check_split_options
+
+    check_split_options(trainable, compress, target)
+    return MASKED_STEP[0](loss, optimizer, trainable=trainable, compress=compress, **options)
