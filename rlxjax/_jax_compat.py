@@ -157,6 +157,12 @@ def equation_binder(eqn):
     return lambda *args: prim.bind(*args, **bind_params)
 
 
+def at_source(source_info):
+    """A context in which newly bound equations record ``source_info``'s traceback (the
+    user's line), as a re-traced equation does (random_device.py's draws)."""
+    return _source_info_util.user_context(source_info.traceback)
+
+
 # -- symbolic dimensions (jax.export shape polymorphism) ---------------------------------
 def is_symbolic_dim(d) -> bool:
     """Whether ``d`` (a dim of an aval or an equation parameter) is a symbolic expression

@@ -302,6 +302,8 @@ class Lowered:
             rows = self._traced.host.metadata()
             for row, spec in zip(rows, ins[len(ins) - len(rows):]):
                 row["feature"] = spec.mil_name
+            if hasattr(self._traced.host, "payload"):  # random="device": mode and draws
+                rows = self._traced.host.payload(rows)
             model.description.metadata.userDefined[RANDOM_METADATA_KEY] = json.dumps(rows)
         if getattr(self, "enumerated", None):  # flexible= with listed sizes
             ins = flexible.describe_enumerated(model, ins, self.enumerated, self.target)
@@ -434,6 +436,9 @@ def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = 
     ``jax.random`` draw is an error by default. ``random="inputs"`` makes every live draw a
     program input that each call computes on the host with ``jax.random`` from the keys
     passed (bit for bit JAX's numbers; the package metadata ``rlxjax.random`` names each).
+    ``random="device"`` makes every live draw a Core ML random op instead (the same
+    distribution, Core ML's numbers, fresh on each call; the key is checked and ignored;
+    frontend/random_device.py).
 
     ``flexible``: axes whose size may change between calls of one program (Core ML
     flexible inputs, docs/flexible.md): ``{argument name or position: {axis: (lower,

@@ -26,6 +26,10 @@ def _leaf_ranges(args, static_argnums):
         start += n
     return ranges
 
+# a placeholder leaf for the result's treedef (not None: a pytree's own None nodes,
+# eqx.partition's, are no leaves)
+_LEAF = object()
+
 
 class GradFunction(CoreMLFunction):
     def __init__(self, fun, argnums, has_aux, value, **jit_options):
@@ -61,9 +65,11 @@ class GradFunction(CoreMLFunction):
         return tree.num_leaves
 
     def _transform(self, traced: Traced, args) -> Traced:
-        if traced.host is not None:
-            traced.host.require_device_results("coreml_grad")
-        n_out = self._check_outputs(traced)
+        host = traced.host
+        if host is not None:  # random="inputs": aux may hold host results (a new RNG state)
+            host.require_device_loss("coreml_grad")
+        self._check_outputs(traced)
+        n_out = traced.n_device_out  # the program's result leaves (not the host's)
         for i in self._nums:
             if i >= len(args):
                 raise ArgumentError(f"argnums names argument {i}, but only {len(args)} given")
@@ -100,9 +106,9 @@ class GradFunction(CoreMLFunction):
         n_first = len(wrt) if not self.value else len(keep)
         empty_out = {**first, **{n_first + j: e for j, e in second.items()}}
 
-        # The result's pytree, built from placeholders and flattened with None as a leaf.
+        # The result's pytree, built from placeholder leaves.
         blank = lambda tree: jax.tree_util.tree_unflatten(  # noqa: E731
-            tree, [None] * tree.num_leaves)
+            tree, [_LEAF] * tree.num_leaves)
         grads = tuple(blank(jax.tree_util.tree_structure(args[i])) for i in self._nums)
         grads = grads[0] if isinstance(self.argnums, int) else grads
         value = blank(traced.out_tree)
@@ -112,9 +118,13 @@ class GradFunction(CoreMLFunction):
             result = (grads, value[1])
         else:
             result = grads
-        out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
+        out_tree = jax.tree_util.tree_structure(result)  # (None nodes stay empty nodes)
+        if host is not None:  # the host's results keep their places among the value / aux
+            g_none = [None] * len(wrt)
+            host = host.with_outputs(host.outputs + g_none if self.value else
+                                     g_none + host.outputs[1:] if self.has_aux else g_none)
         return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules,
-                      dict(e_in), empty_out, traced.dropped, traced.host, traced.u32_leaves)
+                      dict(e_in), empty_out, traced.dropped, host, traced.u32_leaves)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

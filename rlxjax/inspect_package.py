@@ -57,6 +57,33 @@ def _ops(spec):
 
 def describe(path) -> str:
     spec = load(path)
+    if len(spec.description.functions):
+        return _describe_multifunction(path, spec)
+    return _describe(path, spec)
+
+
+def _describe_multifunction(path, spec) -> str:
+    """A multifunction package: the header, then each function as a package of its own
+    (its features, roles and cost), indented."""
+    from .coreml.multifunction import function_view
+
+    names = [f.name for f in spec.description.functions]
+    default = spec.description.defaultFunctionName
+    head = _describe(path, spec, header_only=True).splitlines()
+    head.append(f"  functions ({len(names)}): " + ", ".join(
+        n + (" (default)" if n == default else "") for n in names) +
+        "; an app picks one with MLModelConfiguration.functionName")
+    for name in names:
+        try:
+            body = _describe(path, function_view(spec, name)).splitlines()[2:]
+        except Exception as e:  # noqa: BLE001 - a malformed function: say so, go on
+            body = [f"  (cannot describe: {type(e).__name__}: {e})"]
+        head.append(f"  function '{name}':")
+        head += ["  " + line for line in body if not line.startswith("  written by")]
+    return "\n".join(head)
+
+
+def _describe(path, spec, header_only: bool = False) -> str:
     meta = dict(spec.description.metadata.userDefined)
     roles = {}
     if "rlxjax.train" in meta:
@@ -77,6 +104,13 @@ def describe(path) -> str:
                  (f"; opset {', '.join(sorted(set(opsets)))}" if opsets else ""))
     if "rlxjax.version" in meta:
         lines.append(f"  written by rlxjax {meta['rlxjax.version']}")
+    if header_only:
+        return "\n".join(lines)
+    if "rlxjax.predict" in meta:
+        lines.append("  predict: " + (
+            "reads the parameters from the training states (the weights the latest "
+            "train_step wrote)" if '"states"' in meta["rlxjax.predict"] else
+            "takes the parameters as inputs (feed the new_param outputs of train_step)"))
     if "rlxjax.train" in meta:
         lines.append("  a training step (metadata 'rlxjax.train'): " + (
             "parameters and optimizer state live in the Core ML states below, updated in "

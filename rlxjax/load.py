@@ -229,10 +229,33 @@ def to_io(spec: IOSpec, x) -> np.ndarray:
 
 
 class LoadedModel:
-    """A saved package ready to run: ``model(x=..., ...)`` or ``model(x, ...)`` -> dict."""
+    """A saved package ready to run: ``model(x=..., ...)`` or ``model(x, ...)`` -> dict.
 
-    def __init__(self, path, model, weights_dir, backend):
+    A multifunction package (``step.save(path, predict=...)``) loads as its default
+    function (or ``function=``); ``functions`` names them all, ``function(name)`` gives
+    another one, ``run(name, ...)`` calls one, and a state from ``make_state()`` is shared
+    by all of them (each function declares the same states)."""
+
+    def __init__(self, path, model, weights_dir, backend, function=None, _family=None):
+        from .coreml.multifunction import function_names, function_view
+
         self.path = path
+        self.functions = function_names(model)
+        if len(model.description.functions):
+            name = function or model.description.defaultFunctionName or self.functions[0]
+            if name not in self.functions:
+                raise ArgumentError(f"{path} has functions {list(self.functions)}; "
+                                    f"function={name!r} is none of them")
+            self.package_spec = model
+            model = function_view(model, name)
+        elif function not in (None, "main"):
+            raise ArgumentError(f"{path} is a single-function package (its function is "
+                                f"'main'); function={function!r} is not it")
+        else:
+            name, self.package_spec = "main", model
+        self.function_name = name
+        self._family = {} if _family is None else _family  # function name -> LoadedModel
+        self._family[name] = self
         self.spec = model
         self.weights_dir = weights_dir
         self.input_specs, self.output_specs = _rlxjax_specs(model)
@@ -254,7 +277,8 @@ class LoadedModel:
 
             try:
                 self._program = reference_program(
-                    model, weights_dir, accelerated=self.backend == "reference-fast")
+                    model, weights_dir, accelerated=self.backend == "reference-fast",
+                    function=name)
             except RlxError:
                 raise
             except Exception as e:  # noqa: BLE001 - a malformed program, never a crash
@@ -266,7 +290,8 @@ class LoadedModel:
         else:  # pragma: no cover - macOS only
             import coremltools as ct
 
-            self._mlmodel = ct.models.MLModel(path, compute_units=ct.ComputeUnit.ALL)
+            extra = {} if name == "main" else {"function_name": name}
+            self._mlmodel = ct.models.MLModel(path, compute_units=ct.ComputeUnit.ALL, **extra)
             self._run = self._mlmodel.predict
             self._feature_dtypes = {}
 
@@ -319,12 +344,45 @@ class LoadedModel:
             return self._program.make_state()
         return self._mlmodel.make_state()  # pragma: no cover - macOS only
 
+    def function(self, name: str) -> "LoadedModel":
+        """Function ``name`` of this (multifunction) package, on the same backend; states
+        made by any function of the package work with every one."""
+        if name not in self.functions:
+            raise ArgumentError(f"{self.path} has functions {list(self.functions)}; "
+                                f"{name!r} is none of them")
+        got = self._family.get(name)
+        if got is None:
+            got = LoadedModel(self.path, self.package_spec, self.weights_dir, self.backend,
+                              function=name, _family=self._family)
+        return got
+
+    def run(self, function: str, *args, state=None, **kwargs) -> Dict[str, np.ndarray]:
+        """Call function ``function`` of the package: ``m.run("predict", x, state=st)``."""
+        return self.function(function)(*args, state=state, **kwargs)
+
+    def _share(self, state) -> None:
+        """A reference state made by another function of this package: let this one
+        bind it too (the functions declare the same states)."""
+        if self.backend not in REFERENCE_BACKENDS or len(self._family) < 2:
+            return
+        owner = getattr(state, "owner", None)
+        if owner is None or owner is self._program:
+            return
+        if not any(getattr(m, "_program", None) is owner for m in self._family.values()):
+            raise ArgumentError(
+                "this state was made by another loaded package: the functions of one "
+                "package share states when reached from one load, m = rlxjax.load(path); "
+                "st = m.make_state(); m.function(name)(..., state=st)")
+        state.share_with(self._program)
+
     def __call__(self, *args, state=None, **kwargs) -> Dict[str, np.ndarray]:
         if bool(self.state_names) != (state is not None):
             raise ArgumentError(
                 f"the package has Core ML states {list(self.state_names)}: pass "
                 "state=model.make_state()" if self.state_names else
                 "the package has no Core ML states: call it without state=")
+        if state is not None:
+            self._share(state)
         feeds = self._feeds(args, kwargs)
         res = self._run(feeds) if state is None else self._run(feeds, state=state)
         if self.output_specs is not None:
@@ -333,13 +391,16 @@ class LoadedModel:
         return {n: np.asarray(res[n]) for n in self.output_names if n in res} or dict(res)
 
     def __repr__(self):
-        return (f"LoadedModel({self.path!r}, inputs={list(self.input_names)}, "
+        fn = "" if self.function_name == "main" else f", function={self.function_name!r}"
+        return (f"LoadedModel({self.path!r}{fn}, inputs={list(self.input_names)}, "
                 f"outputs={list(self.output_names)}, backend={self.backend!r})")
 
 
-def load(path, backend: str | None = None) -> LoadedModel:
+def load(path, backend: str | None = None, function: str | None = None) -> LoadedModel:
     """Load a saved ``.mlpackage`` and return a callable running it on ``backend``
-    ("coreml" on macOS, "reference" elsewhere by default).
+    ("coreml" on macOS, "reference" elsewhere by default). ``function``: which function
+    of a multifunction package (default: its ``defaultFunctionName``); the result's
+    ``function(name)`` gives the others, sharing states.
 
     Raises ``PackageError`` for a missing or malformed package and
     ``ReferenceRuntimeError`` for a program the reference interpreter cannot run (it names
@@ -356,4 +417,4 @@ def load(path, backend: str | None = None) -> LoadedModel:
     model_file, weights = _read_manifest(pkg)
     model = _parse_model(model_file)
     _check_weight_references(pkg, model, weights)
-    return LoadedModel(pkg, model, weights, backend)
+    return LoadedModel(pkg, model, weights, backend, function=function)

@@ -87,6 +87,10 @@ _OTHER = {
     "dynamic_slice": ([_t(3, 4), _t(dtype=I32), _t(dtype=I32)], {"sizes": (2, 2)}),
     "dynamic_update_slice": ([_t(3, 4), _t(2, 2), _t(dtype=I32), _t(dtype=I32)], {}),
     "bernoulli": ([], {"shape": (2, 3), "dtype": F32, "prob": 0.5, "seed": 0}),
+    "random_uniform": ([], {"shape": (2, 3), "dtype": F32, "low": -1.0, "high": 2.0, "seed": 0}),
+    "random_normal": ([], {"shape": (2, 3), "dtype": F32, "mean": 0.0, "std": 1.0, "seed": 0}),
+    # (compressed schemes: tests/test_compress.py lowers each on every target it claims)
+    "weight": ([], {"value": np.ones((2, 3), np.float32), "name": "w", "scheme": "none"}),
 }
 _SPECIAL = {
     **{n: ([_t(2, 3)], {}) for n in SPECIAL_UNARY},

@@ -47,7 +47,8 @@ def test_every_op_has_a_record_with_a_schema():
         assert d.effect in EFFECTS, name
         assert not set(d.regions) & set(d.params), name  # regions live in Node.regions
         assert bool(d.regions) == (d.family == "control"), name
-    assert {n for n, d in OPS.items() if d.effect == "random"} == {"bernoulli"}
+    assert {n for n, d in OPS.items() if d.effect == "random"} == {
+        "bernoulli", "random_uniform", "random_normal"}
     assert {n for n, d in OPS.items() if d.effect == "state"} == set()
     assert set(FAMILIES) == {d.family for d in OPS.values()}
 

@@ -145,3 +145,26 @@ def test_roles_come_from_the_program_layout_not_from_names(mode):
         for r in meta["outputs"][2:]:
             fed = ins[r["feeds"]]
             assert r["role"] == "new_" + fed["role"] and r["shape"] == fed["shape"]
+
+
+def test_params_with_none_nodes_as_eqx_partition_makes_them():
+    """eqx.partition leaves None where a field is no array: None nodes are no leaves, in
+    the gradient's and the training step's result trees as in the arguments."""
+    params = {"w": np.full((3, 2), 0.5, np.float32), "act": None,
+              "b": (np.zeros(2, np.float32), None)}
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) / 12
+
+    def loss(p, x):
+        return (x @ p["w"] + p["b"][0]).sum() ** 2 / 100
+
+    got = rlxjax.coreml_value_and_grad(loss, backend="reference")(params, x)
+    want = jax.value_and_grad(loss)(params, x)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    np.testing.assert_allclose(got[1]["w"], want[1]["w"], rtol=1e-5)
+    opt = optax.sgd(0.1)
+    step = rlxjax.coreml_train_step(loss, opt, backend="reference")
+    state, _ = step(step.init(params), x)
+    want_p = optax.apply_updates(params, opt.update(want[1], opt.init(params), params)[0])
+    assert jax.tree_util.tree_structure(step.params(state)) == \
+        jax.tree_util.tree_structure(want_p)
+    np.testing.assert_allclose(step.params(state)["w"], want_p["w"], rtol=1e-5)

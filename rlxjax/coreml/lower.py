@@ -164,8 +164,9 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     """Lower ``graph``; weights go to ``weights_dir``/weight.bin. Returns (model, inputs, outputs).
 
     ``states`` maps the names of graph inputs that are Core ML states (fp16, iOS18) to the
-    graph output written back into each at the end of a call (coreml/states.py); those
-    are neither function inputs nor outputs in the returned specs."""
+    graph output written back into each at the end of a call (coreml/states.py), or to
+    None for a state the function reads only; those are neither function inputs nor
+    outputs in the returned specs."""
     if precision not in PRECISIONS:
         raise RlxError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     verify(graph)
@@ -186,8 +187,9 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     for (name, v), mil_name in zip(graph.inputs, in_names):
         if name in states:
             b.reserve(mil_name)
-            nvt, sspec, state_vars[states[name]], env[v.id] = state_input(ctx, name, mil_name,
-                                                                          v.type)
+            nvt, sspec, svar, env[v.id] = state_input(ctx, name, mil_name, v.type)
+            if states[name] is not None:  # None: a state this function only reads
+                state_vars[states[name]] = svar
             fn_inputs.append(nvt)
             state_specs.append(sspec)
             continue

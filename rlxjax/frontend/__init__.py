@@ -11,7 +11,7 @@ import numpy as np
 from ..ir import Graph, TensorType, verify
 from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import random_inputs, randomness, symbolic, uint32
+from . import random_device, random_inputs, randomness, symbolic, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
@@ -98,7 +98,8 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
     """Trace ``fun(*dyn_args)`` and translate it to a verified RLX graph.
 
     ``names`` gives one name per dynamic argument; leaves are named by pytree path under it.
-    ``random``: None (live randomness is an error) or "inputs" (random_inputs.py).
+    ``random``: None (live randomness is an error), "inputs" (random_inputs.py) or
+    "device" (random_device.py).
     """
     sym_bounds = symbolic.input_dims(dyn_args, names, path_name)  # flexible inputs
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
@@ -110,6 +111,8 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
     host = None
     if random == "inputs":
         closed, dropped, host = random_inputs.split(closed, leaf_names, dropped)
+    elif random == "device":  # the draws made by Core ML's random ops (random_device.py)
+        closed, dropped, host = random_device.split(closed, leaf_names, dropped)
 
     graph = Graph(getattr(fun, "__name__", "main"))
     ctx = Lowering(graph, CustomRules())

@@ -26,6 +26,7 @@ counters read by the device are carried as int32 (checked < 2**31 on each call).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -33,13 +34,14 @@ import jax
 import numpy as np
 
 from .. import _jax_compat as jc
-from ..errors import ArgumentError, UnsupportedDTypeError, UnsupportedPrimitiveError
+from ..errors import (ArgumentError, RlxError, UnsupportedDTypeError,
+                      UnsupportedPrimitiveError)
 from ..ir import dtype_from_numpy
-from . import randomness, uint32
+from . import random_meta, random_scan, randomness, uint32
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _RANDOM = set(randomness.DRAWS) | set(randomness.KEY_ARITHMETIC)
-MODES = (None, "inputs")
+MODES = (None, "inputs", "device")
 
 
 @dataclass
@@ -51,10 +53,13 @@ class HostInput:
     dtype: str                 # JAX dtype computed on the host ('bool', 'float32', 'uint32')
     made_by: Optional[str]     # 'jax.random.bernoulli'
     source: Optional[str]      # the user's line of the draw
+    # {'distribution': 'bernoulli', 'p': 0.7}: what an app fills it with (random_meta.py)
+    distribution: Optional[Dict[str, Any]] = None
 
     def row(self) -> Dict[str, Any]:
         return dict(name=self.name, shape=list(self.shape), dtype=self.dtype,
-                    made_by=self.made_by, source=self.source)
+                    made_by=self.made_by, source=self.source,
+                    **(self.distribution or {}))
 
 
 @dataclass
@@ -65,6 +70,8 @@ class HostPart:
     fn: Callable               # jitted: those leaves -> (program inputs..., host results...)
     inputs: List[HostInput]    # the program inputs it computes (graph inputs after the leaves)
     outputs: List[Optional[int]]  # per function result leaf: host result index, or None
+    # the split's equations, for random="device" (random_device.py): SplitParts
+    parts: Any = None
 
     def run(self, leaves: Sequence[Any]):
         """(program input arrays, host results) for one call's argument leaves."""
@@ -91,13 +98,22 @@ class HostPart:
         it = iter(device_outs)
         return [next(it) if k is None else host_outs[k] for k in self.outputs]
 
-    def require_device_results(self, what: str) -> None:
-        """Transforms (gradients, training) replace the results: none may be the host's."""
-        if any(k is not None for k in self.outputs):
+    def require_device_loss(self, what: str) -> None:
+        """Transforms (gradients, training) differentiate the first result: it must be the
+        device's. Other results (aux) may be the host's: a new key, an advanced counter."""
+        if self.outputs and self.outputs[0] is not None:
             raise ArgumentError(
-                f"random='inputs' with {what}: a result of the function is computed only "
-                "from keys / counters (on the host), e.g. a new key returned; return only "
-                "values computed from the other arguments")
+                f"random='inputs' with {what}: the loss is computed only from keys / "
+                "counters (on the host), so it has no gradient; return a loss computed "
+                "from the parameters")
+
+    def with_outputs(self, outputs: List[Optional[int]]) -> "HostPart":
+        """The same host part for a transformed function whose result leaves are
+        ``outputs`` (host result index, or None for the program's): a gradient or training
+        transform keeps the host's aux results (a new nnx RNG state) where they were."""
+        new = copy.copy(self)  # (a subclass keeps its own fields: random_device.py's)
+        new.outputs = list(outputs)
+        return new
 
     def shifted(self, n: int) -> "HostPart":
         """The same host part for argument leaves numbered from ``n`` (the first ``n``
@@ -105,17 +121,35 @@ class HostPart:
         if any(i < n for i in self.leaves):
             raise ArgumentError("random='inputs': a PRNG key or counter among the "
                                 "parameters or optimizer state; pass it in the batch")
-        return HostPart([i - n for i in self.leaves], self.fn, self.inputs, self.outputs)
+        return HostPart([i - n for i in self.leaves], self.fn, self.inputs, self.outputs,
+                        self.parts)
 
     def metadata(self) -> List[Dict[str, Any]]:
         return [i.row() for i in self.inputs]
 
 
+@dataclass
+class SplitParts:
+    """What ``split`` worked from, kept for ``random="device"`` (random_device.py), which
+    computes the drawn program inputs on the device instead."""
+
+    fj: Any                    # the flattened jaxpr
+    consts: list
+    host_vars: list            # its host argument variables (keys, uint32 leaves)
+    in_order: list             # host and constant-only equations, in program order
+    needed: list               # the host values the device reads (the program inputs)
+    host_outs: list            # the host values the function returns
+    drawn: set                 # host values computed from a draw
+    producer: dict             # host value -> its equation
+    device: Any                # the device part (closed jaxpr: device leaves, needed)
+
+
 def check_mode(random) -> None:
     if random not in MODES:
-        raise ArgumentError(f"random={random!r}: choose None (live randomness is an error) "
-                            "or 'inputs' (draws computed on the host by jax.random, fed "
-                            "as program inputs)")
+        raise ArgumentError(f"random={random!r}: choose None (live randomness is an error), "
+                            "'inputs' (draws computed on the host by jax.random, fed "
+                            "as program inputs) or 'device' (draws made by Core ML's random "
+                            "ops on the device: the same distributions, not JAX's numbers)")
 
 
 # -- inlining calls ----------------------------------------------------------------------
@@ -132,20 +166,40 @@ def _has_user_frame(eqn) -> bool:
     return any(f[3] for f in randomness.frames(eqn))
 
 
-def _inline_eval(jaxpr, consts, args, outer=None):
+class _Resplit(Exception):
+    """Raised splitting: re-flatten with ``eqn`` (a scan drawing next to device values)
+    split in two by random_scan.py, given each operand's side (``flags``)."""
+
+    def __init__(self, eqn, flags):
+        super().__init__("internal: a scan to split")
+        self.eqn, self.flags = eqn, list(flags)
+
+
+def _is_random(eqn) -> bool:
+    return eqn.primitive.name in _RANDOM
+
+
+def _inline_eval(jaxpr, consts, args, outer=None, resplit=None, library=False):
     """Evaluate ``jaxpr`` binding its equations, calls inlined. ``outer``: the source info
     of the call being inlined, for equations whose own has no user frame (the body of a
     jitted library function, e.g. jax.random's, traced once and cached): their user's
-    line, and the jax.random function that led to them, are the call's."""
+    line, and the jax.random function that led to them, are the call's; so are those of
+    a library function's body (``library``: jax.random's ``_uniform``, traced once, keeps
+    the user frames of whichever call traced it first)."""
     env = dict(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
     read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
     for eqn in jaxpr.eqns:
         ins = [read(v) for v in eqn.invars]
-        info = outer if outer is not None and not _has_user_frame(eqn) else None
+        info = outer if outer is not None and (library or not _has_user_frame(eqn)) \
+            else None
         call = _call_jaxpr(eqn)
-        if call:
-            outs = _inline_eval(*call, ins, outer=info or eqn.source_info)
+        if call:  # a library function's cached jaxpr keeps another call's user frames
+            outs = _inline_eval(*call, ins, outer=info or eqn.source_info, resplit=resplit,
+                                library=library or jc.is_library_function(call[0]))
+        elif resplit is not None and eqn is resplit.eqn:
+            outs = random_scan.split_scan(eqn, ins, resplit.flags, _is_random, _has_random,
+                                          _bind_inlined, _refuse)
         else:
             outs = jc.eval_equation(eqn, ins, info)
         for v, o in zip(eqn.outvars, outs):
@@ -154,14 +208,24 @@ def _inline_eval(jaxpr, consts, args, outer=None):
     return [read(v) for v in jaxpr.outvars]
 
 
+def _bind_inlined(eqn, ins):
+    call = _call_jaxpr(eqn)
+    if not call:
+        return jc.eval_equation(eqn, ins)
+    return _inline_eval(*call, ins, outer=eqn.source_info,
+                        library=jc.is_library_function(call[0]))
+
+
 def _struct(aval):
     return jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype)
 
 
-def _flatten(closed):
-    """``closed`` with every call inlined (re-traced: fresh variables, same source lines)."""
+def _flatten(closed, resplit=None):
+    """``closed`` with every call inlined (re-traced: fresh variables, same source lines),
+    and the scan ``resplit`` names split into a host and a device scan."""
     structs = [_struct(v.aval) for v in closed.jaxpr.invars]
-    return jax.make_jaxpr(lambda *a: _inline_eval(closed.jaxpr, closed.consts, a))(*structs)
+    return jax.make_jaxpr(lambda *a: _inline_eval(closed.jaxpr, closed.consts, a,
+                                                  resplit=resplit))(*structs)
 
 
 # -- splitting -----------------------------------------------------------------------------
@@ -191,6 +255,15 @@ def split(closed, names: Sequence[str], dropped: dict):
     if not any(host_leaf) and not randomness.find(jaxpr, _RANDOM):
         return closed, dropped, None
     flat = _flatten(closed)
+    for _ in range(64):  # a re-flatten per scan drawing next to device values
+        try:
+            return _split_flat(flat, jaxpr, names, dropped, kept, host_leaf)
+        except _Resplit as r:  # split that scan in two (random_scan.py)
+            flat = _flatten(flat, r)
+    raise RlxError("internal: random='inputs' keeps splitting scans")
+
+
+def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
     fj = flat.jaxpr
     host = {v for v, h in zip(fj.invars, host_leaf) if h}
     neutral = set(fj.constvars)  # computed from constants only: usable on both sides
@@ -212,6 +285,11 @@ def split(closed, names: Sequence[str], dropped: dict):
             neutral.update(eqn.outvars)
             continue
         if _has_random(eqn):
+            side = [random_scan.HOST if v in host else random_scan.NEUTRAL if
+                    isinstance(v, jc.Literal) or v in neutral else random_scan.DEVICE
+                    for v in eqn.invars]
+            if prim == "scan" and random_scan.DEVICE in side:
+                raise _Resplit(eqn, side)
             raise _refuse(eqn, "draws random numbers inside an operation that also "
                           "computes on device values, which rlxjax cannot split")
         device_eqns.append(eqn)
@@ -225,6 +303,7 @@ def split(closed, names: Sequence[str], dropped: dict):
     arg_of = {v: names[i] for v, i, h in zip(fj.invars, kept, host_leaf) if h}
     inputs = [_host_input(v, producer, drawn, device_eqns, arg_of) for v in needed]
     _unique_names(inputs)
+    random_meta.annotate(inputs, needed, fj, flat.consts)
     is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
     host_outs = [v for v in fj.outvars if is_host(v)]
     outputs = [host_outs.index(v) if is_host(v) else None for v in fj.outvars]
@@ -241,7 +320,9 @@ def split(closed, names: Sequence[str], dropped: dict):
         if h:
             new_dropped[i] = (names[i], tuple(var.aval.shape), var.aval.dtype)
     host_leaves = [i for i, h in zip(kept, host_leaf) if h]
-    return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs)
+    parts = SplitParts(fj, flat.consts, host_vars, in_order, needed, host_outs, drawn,
+                       producer, device)
+    return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs, parts)
 
 
 def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:
@@ -257,6 +338,10 @@ def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:
             continue
         seen.add(id(eqn))
         fn = randomness.random_function([eqn])
+        if eqn.primitive.name == "scan" and not isinstance(u, jc.Literal):
+            body = eqn.params["jaxpr"].jaxpr  # a host scan (random_scan.py): its draw
+            out = body.outvars[list(eqn.outvars).index(u)]
+            fn = _made_by(out, {o: e for e in body.eqns for o in e.outvars}, {})[0]
         if fn:
             return fn, None
         todo.extend(x for x in eqn.invars if not isinstance(x, jc.Literal))

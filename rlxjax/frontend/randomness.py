@@ -44,7 +44,9 @@ OPTIONS = (
     "Core ML programs cannot reproduce JAX's threefry random streams. Either pass "
     "random='inputs' (coreml_jit, coreml_grad, coreml_value_and_grad, coreml_train_step: "
     "each draw becomes a program input that the host computes with jax.random from the "
-    "keys passed, JAX's numbers exactly), or make the randomness dead (deterministic=True, "
+    "keys passed, JAX's numbers exactly), or random='device' (each draw becomes a Core ML "
+    "random op: the same distribution, Core ML's numbers, fresh on every call; the key is "
+    "ignored), or make the randomness dead (deterministic=True, "
     "nnx's model.eval(): randomness whose result reaches no output is removed and its key "
     "argument ignored), or use rlxjax.nn.dropout(x, rate, deterministic=...), which draws "
     "on the device.")

@@ -43,11 +43,14 @@ def resolve_backend(name: str | None) -> str:
     return name
 
 
-def reference_program(model, weights_dir, *, accelerated: bool = False):
-    """The reference interpreter loaded with ``model``: the oracle, or its accelerated path."""
+def reference_program(model, weights_dir, *, accelerated: bool = False,
+                      function: str = "main"):
+    """The reference interpreter loaded with ``function`` of ``model``: the oracle, or its
+    accelerated path."""
     from .reference import AcceleratedProgram, ReferenceProgram
 
-    return (AcceleratedProgram if accelerated else ReferenceProgram)(model, weights_dir)
+    return (AcceleratedProgram if accelerated else ReferenceProgram)(model, weights_dir,
+                                                                      function=function)
 
 
 class ReferenceBackend:

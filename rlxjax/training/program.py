@@ -28,6 +28,10 @@ from .mlstate import Layout, rewrite_to_states
 
 METADATA_KEY = "rlxjax.train"
 
+# a placeholder leaf for the result's treedef (not None: a pytree's own None nodes,
+# eqx.partition's, are no leaves)
+_LEAF = object()
+
 
 def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: str) -> Traced:
     """The training graph of the traced ``loss(params, *batch)`` (traced as a function of
@@ -57,8 +61,9 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
         if not v.dtype.is_float:
             raise ArgumentError(f"parameter '{name}' is {v.dtype}: only float parameters "
                                 "can be trained")
-    if traced.host is not None:
-        traced.host.require_device_results("coreml_train_step")
+    host = traced.host
+    if host is not None:  # random="inputs": aux may hold host results (a new RNG state)
+        host.require_device_loss("coreml_train_step")
     grads = backward(g, loss_v, p_vals, traced.custom_rules.backward)
     new_p, new_s = _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state)
     if mode == "mlstate":
@@ -72,13 +77,15 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     dce(g)
     verify(g)
     blank = lambda t: jax.tree_util.tree_unflatten(  # noqa: E731
-        t, [None] * t.num_leaves)
+        t, [_LEAF] * t.num_leaves)
     result = (blank(traced.out_tree),
               blank(jax.tree_util.tree_structure(params)),
               blank(jax.tree_util.tree_structure(opt_state)))
-    out_tree = jax.tree_util.tree_structure(result, is_leaf=lambda x: x is None)
+    out_tree = jax.tree_util.tree_structure(result)  # (None nodes stay empty nodes)
+    if host is not None:  # the host's aux results keep their places; then params, opt_state
+        host = host.with_outputs(host.outputs + [None] * (len(new_p) + len(new_s)))
     return Traced(g, traced.in_tree, out_tree, traced.in_types, dropped=traced.dropped,
-                  host=traced.host, u32_leaves=traced.u32_leaves)
+                  host=host, u32_leaves=traced.u32_leaves)
 
 
 def _refuse_empty(traced: Traced) -> None:

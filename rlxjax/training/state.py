@@ -116,3 +116,12 @@ class TrainState:
         tree = jax.tree_util.tree_structure((like.params, like.opt_state))
         params, opt_state = jax.tree_util.tree_unflatten(tree, leaves)
         return cls(params, opt_state, step)
+
+    @classmethod
+    def load_params(cls, path, like: "TrainState", *, strict: bool = True) -> "TrainState":
+        """``like`` with its parameters read from the safetensors file ``path``
+        (training/params_io.py; names are pytree paths joined by '/'); its optimizer state
+        and step are kept."""
+        from .params_io import load_params
+
+        return cls(load_params(path, like.params, strict=strict), like.opt_state, like.step)

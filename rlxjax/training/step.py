@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Callable, Dict, Iterable, List, Optional
 
 import jax
+import numpy as np
 
 from ..api import Compiled, CoreMLFunction
 from ..coreml.targets import get_target, require
 from ..errors import ArgumentError, RlxError
-from ..frontend import Traced, arg_names
+from ..frontend import Traced, arg_names, path_name
 from .checkpoint import write_state_files
 from .export import numpy_tree
 from .layout import MODES, leaf_struct, state_layout
@@ -26,6 +27,11 @@ from .mlstate import host_pack, state_bindings
 from .program import TrainProgram, build_train_graph, compile_program
 from .progress import progress_bar
 from .state import DeviceState, TrainState
+
+
+#: the TrainStep subclass of ``trainable=`` / ``compress=`` (training/trainable.py appends it
+#: when the package is imported; a registration, so that this module does not import it)
+MASKED_STEP: List[type] = []
 
 
 class TrainStep(CoreMLFunction):
@@ -105,6 +111,7 @@ class TrainStep(CoreMLFunction):
         """The initial TrainState. Passing an example batch also compiles the program for
         its shapes (so ``save`` works before the first step) and, in mlstate mode, writes the
         values into a fresh device state (otherwise the first step does that)."""
+        _refuse_rng_state(params)
         params = numpy_tree(params)
         state = TrainState(params, numpy_tree(self.optimizer.init(params)), 0)
         if example_batch:
@@ -146,6 +153,25 @@ class TrainStep(CoreMLFunction):
         """The trained parameters as a JAX pytree."""
         return jax.tree_util.tree_map(jax.numpy.asarray, state.params)
 
+    def export_params(self, state: TrainState, path) -> str:
+        """Write the parameters (``self.params(state)``: the whole tree) to the safetensors
+        file ``path`` atomically, one tensor per leaf named by its pytree path, keys joined
+        by '/' (training/params_io.py); returns its absolute path."""
+        from .params_io import save_params
+
+        return save_params(path, self.params(state), {"step": str(state.step)})
+
+    def load_params(self, path, like: TrainState, *, reset_optimizer: bool = False,
+                    strict: bool = True) -> TrainState:
+        """``like`` with its parameters read from the safetensors file ``path`` (as
+        ``export_params`` writes it; checked leaf by leaf against ``like.params``). The
+        optimizer state and step count are ``like``'s, or, with ``reset_optimizer``,
+        ``optimizer.init`` of the loaded parameters and step 0."""
+        state = TrainState.load_params(path, like, strict=strict)
+        if reset_optimizer:
+            state = TrainState(state.params, numpy_tree(self.optimizer.init(state.params)), 0)
+        return state
+
     def fit(self, state: TrainState, batches: Iterable, steps: int, progress: bool = True):
         """Run ``steps`` steps over ``batches`` (an iterable of argument tuples, cycled);
         returns (state, loss history). ``progress`` shows a tqdm bar on stderr (redrawn
@@ -165,17 +191,38 @@ class TrainStep(CoreMLFunction):
                 bar.update(1)
         return state, history
 
-    def save(self, path) -> str:
-        """Save the training program last run (call the step once first)."""
+    def save(self, path, predict=None) -> str:
+        """Save the training program last run (call the step once first). With
+        ``predict=(fn, *example_inputs)`` the package is a multifunction ML Program (iOS18)
+        with functions ``train_step`` (the default) and ``predict`` = ``fn(params,
+        *inputs)``; in mlstate mode both use the same Core ML states, so predict reads the
+        weights the latest step wrote (training/multifunction.py)."""
         if self._latest is None:
             raise RlxError("nothing compiled yet: call the step once (or step.lower(...)) "
                            "so that the batch shapes are known, then save")
+        if predict is not None:
+            from .multifunction import save_train_predict
+
+            return save_train_predict(self, self._latest, path, predict)
         return self._latest.compiled.save(path)
+
+
+def _refuse_rng_state(params) -> None:
+    """PRNG keys and RNG counters are no trained parameters: say where they go."""
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is not None and (jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) or
+                                  dtype == np.uint32):
+            raise ArgumentError(
+                f"'{path_name('params', path)}' is {dtype}: params and optimizer state can "
+                "hold only trained float arrays (and int32); pass PRNG keys and RNG counters "
+                "in the batch (nnx: nnx.split(model, nnx.Param, nnx.RngState) and return the "
+                "new RNG state as aux, docs/errors.md)")
 
 
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
                       precision: str = "fp32", has_aux: bool = False, backend=None,
-                      random=None, flexible=None):
+                      random=None, trainable=None, compress=None, flexible=None):
     """One Core ML program = forward + backward + ``optimizer`` update (optax).
 
     ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
@@ -186,6 +233,13 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     rlxjax/training/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
     (dropout) are computed on the host from the keys in the batch and fed as program
     inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
+    ``random="device"``: the draws are Core ML random ops, fresh on every step.
+
+    ``trainable``: which leaves of ``params`` are trained - a pytree of bools shaped like
+    ``params`` or a prefix of it, or a callable ``(path, leaf) -> bool``; the others are
+    frozen into the program as weights, stored compressed with ``compress`` (``"fp16"``,
+    ``"int8"``, ``"int4"``, ``"palettize4"``, ``"palettize8"``). See
+    rlxjax/training/trainable.py and rlxjax/coreml/compress.py.
     ``flexible``: batch axes whose size may change between steps of one program, by the
     loss's argument names, e.g. ``{"x": {0: (1, 256)}, "y": {0: (1, 256)}}`` (same bounds:
     one size; see ``coreml_jit`` and docs/flexible.md). Parameters and optimizer state
@@ -201,6 +255,11 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     if flexible and {"params", "opt_state", 0, 1} & set(flexible):
         raise ArgumentError("flexible= names batch arguments only: parameters and optimizer "
                             "state keep their shapes (a Core ML state cannot be flexible)")
-    return TrainStep(loss, optimizer, state=state, has_aux=has_aux, static_argnums=(),
-                     target=target, precision=precision, backend=backend, random=random,
-                     flexible=flexible)
+    options = dict(state=state, has_aux=has_aux, static_argnums=(), target=target,
+                   precision=precision, backend=backend, random=random, flexible=flexible)
+    if trainable is None and compress is None:
+        return TrainStep(loss, optimizer, **options)
+    from .frozen import check_split_options
+
+    check_split_options(trainable, compress, target)
+    return MASKED_STEP[0](loss, optimizer, trainable=trainable, compress=compress, **options)

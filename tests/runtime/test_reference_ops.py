@@ -33,6 +33,10 @@ OPS_WITHOUT_VALUE_INFERENCE = {
             "test_reference_conv_vs_jax checks it against lax.conv_general_dilated",
     "random_bernoulli": "random: no value to infer (Core ML's generator is its own); "
                         "tests/test_random.py checks its distribution, dtypes and seeds",
+    "random_uniform": "random: no value to infer; tests/test_random_device.py checks its "
+                      "distribution (KS test against scipy.stats.uniform) and seeds",
+    "random_normal": "random: no value to infer; tests/test_random_device.py checks its "
+                     "distribution (KS test against scipy.stats.norm) and seeds",
 }
 #: Core ML state ops (iOS18): they read / write a state buffer, so there is no value to infer
 #: from constants; tests/test_train_mlstate.py runs a stateful program coremltools emits and
@@ -368,7 +372,9 @@ def test_listed_ops_really_lack_value_inference(op):
                              "updates": np.ones((1, 2), F32)},
               "one_hot": {"indices": np.array([0, 1], I32), "one_hot_vector_size": 3},
               "conv": {"x": np.ones((1, 2, 5), F32), "weight": np.ones((3, 2, 2), F32)},
-              "random_bernoulli": {"shape": np.array([2, 3], I32), "seed": 1}}[op]
+              "random_bernoulli": {"shape": np.array([2, 3], I32), "seed": 1},
+              "random_uniform": {"shape": np.array([2, 3], I32), "seed": 1},
+              "random_normal": {"shape": np.array([2, 3], I32), "seed": 1}}[op]
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function
 

@@ -21,3 +21,21 @@ def _bernoulli(ctx, node):
                     shape=np.asarray(p["shape"], dtype=np.int32),
                     prob=np.asarray(p["prob"], dtype=t.dtype.np),
                     seed=np.int32(p["seed"]))
+
+
+@lowering("random_uniform", since="iOS15")
+def _random_uniform(ctx, node):
+    t = ctx.out_type(node)
+    p = node.params
+    return ctx.b.op("random_uniform", t, shape=np.asarray(p["shape"], dtype=np.int32),
+                    low=np.asarray(p["low"], dtype=t.dtype.np),
+                    high=np.asarray(p["high"], dtype=t.dtype.np), seed=np.int32(p["seed"]))
+
+
+@lowering("random_normal", since="iOS15")
+def _random_normal(ctx, node):
+    t = ctx.out_type(node)
+    p = node.params
+    return ctx.b.op("random_normal", t, shape=np.asarray(p["shape"], dtype=np.int32),
+                    mean=np.asarray(p["mean"], dtype=t.dtype.np),
+                    stddev=np.asarray(p["std"], dtype=t.dtype.np), seed=np.int32(p["seed"]))

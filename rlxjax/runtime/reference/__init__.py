@@ -7,5 +7,7 @@ and errors, bit-identical results, several times faster on training steps.
 """
 from .accelerated import AcceleratedProgram
 from .interpreter import ReferenceProgram, ReferenceRuntimeError
+from .ops.random import seed_fresh_draws
 
-__all__ = ["AcceleratedProgram", "ReferenceProgram", "ReferenceRuntimeError"]
+__all__ = ["AcceleratedProgram", "ReferenceProgram", "ReferenceRuntimeError",
+           "seed_fresh_draws"]

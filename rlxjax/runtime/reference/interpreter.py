@@ -180,6 +180,9 @@ class ReferenceProgram:
                 self._load_const(where, op, outputs[0], out_sigs[0], blobs)
                 known.add(outputs[0])
                 return None
+            if op.type.startswith("constexpr_"):  # evaluated once, here: a const value
+                self._load_constexpr(where, op, impl, outputs, out_sigs, known, blobs)
+                return None
             inputs = tuple(self._bind(param, arg, op.type, known, blobs)
                            for param, arg in op.inputs.items())
         except (ValueDecodeError, ReferenceRuntimeError) as e:
@@ -202,6 +205,33 @@ class ReferenceProgram:
         self.constants[name] = value
         if sig is not None:
             self.signatures[name] = sig
+
+    def _load_constexpr(self, where, op, impl, outputs, out_sigs, known, blobs):
+        """A ``constexpr_*`` op: its parameters are attributes (before iOS18) or inputs
+        bound to values or to other constexpr results (iOS18); its outputs are constants."""
+        args = {k: decode_value(v, blobs) for k, v in op.attributes.items() if k != "name"}
+        for param, arg in op.inputs.items():
+            b = self._bind(param, arg, op.type, known, blobs)
+            if b[1] == NAME:
+                if b[2] not in self.constants:
+                    raise ValueDecodeError(f"input '{param}' is not a constant")
+                args[param] = self.constants[b[2]]
+            elif b[1] == CONST:
+                args[param] = b[2]
+            else:
+                raise ValueDecodeError(f"input '{param}' binds {len(b[2])} values")
+        try:
+            with np.errstate(all="ignore"):
+                values = impl(args)
+        except (KeyError, TypeError, ValueError, NotImplementedError) as e:
+            raise ValueDecodeError(f"cannot decompress: {type(e).__name__}: {e}") from None
+        for name, value, sig in zip(outputs, values, out_sigs):
+            value.setflags(write=False)
+            self._check_output(where, name, value, sig)
+            self.constants[name] = value
+            if sig is not None:
+                self.signatures[name] = sig
+            known.add(name)
 
     @staticmethod
     def _bind(param, arg, op_type, known, blobs):

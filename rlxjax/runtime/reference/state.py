@@ -21,11 +21,17 @@ class ReferenceState:
     def __init__(self, signatures: dict, owner=None):
         """signatures: state name -> (numpy dtype, shape) as the program declares it."""
         self._owner = owner
+        self._shared = []  # other programs allowed to bind these buffers (share_with)
         self._buffers = {}
         for name, (dtype, shape) in signatures.items():
             if shape is None or None in shape:
                 raise ReferenceStateError(f"state '{name}' has no fixed shape")
             self._buffers[name] = np.zeros(shape, dtype)
+
+    @property
+    def owner(self):
+        """The program that made these buffers."""
+        return self._owner
 
     @property
     def names(self):
@@ -49,9 +55,21 @@ class ReferenceState:
                 f"{value.dtype}{list(value.shape)}")
         buf[...] = value
 
+    def share_with(self, program) -> None:
+        """Let ``program`` (another function of the same multifunction package) bind these
+        buffers too; it must declare exactly the same states."""
+        if program is self._owner or any(p is program for p in self._shared):
+            return
+        theirs = {n: (np.dtype(d), tuple(s)) for n, (d, s) in program.state_signatures.items()}
+        ours = {n: (b.dtype, b.shape) for n, b in self._buffers.items()}
+        if theirs != ours:
+            raise ReferenceStateError(f"cannot share this state with a function declaring "
+                                      f"states {theirs}: it holds {ours}")
+        self._shared.append(program)
+
     def bind(self, program) -> dict:
         """The buffers as the program's environment entries (checked to belong to it)."""
-        if self._owner is not program:
+        if self._owner is not program and not any(p is program for p in self._shared):
             raise ReferenceStateError("this state was made by another program: use "
                                       "program.make_state()")
         return dict(self._buffers)

@@ -12,3 +12,9 @@ from .registry import vjp_rule
 @vjp_rule("bernoulli")
 def _bernoulli(ctx, node, cts, needs):
     return []
+
+
+@vjp_rule("random_uniform", "random_normal")
+def _draw(ctx, node, cts, needs):
+    # a draw has no inputs: it is a constant of the differentiation (zero gradient)
+    return []

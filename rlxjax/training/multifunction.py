@@ -1,0 +1,180 @@
+"""``step.save(path, predict=(fn, *example_inputs))``: one package that trains and predicts.
+
+The package is a multifunction ML Program (iOS18, coreml/multifunction.py) with two
+functions, ``train_step`` (the default) and ``predict`` = ``fn(params, *inputs)``:
+
+* ``state="mlstate"``: ``predict`` declares exactly the states ``train_step`` declares
+  (same names, shapes) and only reads them. It decodes the parameters from the states with
+  the train step's own codec (mlstate.py: each fp32 value stored exactly as three fp16
+  pieces; the parameters are the first slots of the fp32 vector, so ``predict`` decodes
+  that prefix only), so it computes with exactly the weights the latest step wrote - no
+  re-export. Its inputs are ``fn``'s other arguments.
+* ``state="io"``: there is no state to share; ``predict`` takes the parameters as inputs,
+  under the very feature names ``train_step`` takes them (``params_Dense_0_kernel``...),
+  so an app feeds it the ``new_param`` outputs of its latest step (the layout's ``feeds``
+  names them), then ``fn``'s other arguments.
+* ``trainable=`` steps: the frozen leaves are baked into ``predict`` as the same ``weight``
+  nodes (compressed alike) the train step computes with; only the trained leaves come from
+  the states or inputs.
+
+Constants both functions use are stored once (the merge deduplicates the weight blobs by
+content). Each function's ``rlxjax.*`` metadata (inputs, outputs, states; ``rlxjax.train``
+for the step, ``rlxjax.predict`` for predict) is kept under ``rlxjax.functions``.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..api import CoreMLFunction
+from ..coreml.multifunction import merge_programs
+from ..coreml.package import save_mlpackage
+from ..coreml.targets import get_target, require
+from ..errors import ArgumentError, RlxError
+from ..frontend import Traced, arg_names
+from ..frontend.interpreter import Lowering
+from ..ir import DType, TensorType, verify
+from ..transforms.rewrite import dce, substitute
+from .frozen import bake_weights
+from .mlstate import F32_PIECES, Layout, decode_f32
+
+TRAIN_FUNCTION, PREDICT_FUNCTION = "train_step", "predict"
+PREDICT_METADATA_KEY = "rlxjax.predict"
+
+
+class PredictFunction(CoreMLFunction):
+    """``fn(params, *inputs)`` compiled as the ``predict`` function of a training
+    package: params as inputs (io) or decoded from the training states (mlstate)."""
+
+    def __init__(self, fn: Callable, layout, *, target: str, backend, split=None):
+        user = fn
+        if split is not None:  # trainable=: the frozen leaves are the train step's weights
+            def fn(frozen, params, *inputs):
+                return user(split.merge(params, frozen), *inputs)
+
+            fn.__name__ = getattr(user, "__name__", PREDICT_FUNCTION)
+        super().__init__(fn, static_argnums=(), target=target, precision="fp32",
+                         backend=backend)
+        self.layout = layout  # the train program's TrainLayout
+        self.user_fn, self.split = user, split
+
+    def _names(self, n_args):
+        # params features are named as the train step names them ('params.Dense_0.kernel')
+        lead = ["params"] if self.split is None else ["frozen", "params"]
+        return lead + arg_names(self.user_fn, n_args - len(lead) + 1)[1:]
+
+    def _transform(self, traced: Traced, args) -> Traced:
+        if self.split is not None:  # the same weight nodes (so the merge stores them once)
+            traced = bake_weights(traced, len(self.split.values), self.split.weights, args[1:])
+            args = args[1:]
+        if self.layout.mode != "mlstate":
+            return traced
+        return _params_from_states(traced, args[0], self.layout.tensors)
+
+    def _states(self, args):
+        if self.layout.mode != "mlstate":
+            return None
+        return {s.graph_name: None for s in self.layout.states}  # read only
+
+
+def _params_from_states(traced: Traced, params, layout: Layout) -> Traced:
+    """Replace the parameter inputs of ``traced`` by the training states, decoded."""
+    g = traced.graph
+    n_p = len(jax.tree_util.tree_leaves(params))
+    slots = layout.slots[:layout.n_params]
+    if len(slots) != n_p or any(s.dtype != "float32" for s in slots) or \
+            any(s.offset != sum(t.size for t in slots[:i]) for i, s in enumerate(slots)):
+        raise RlxError("internal: the parameters are not the fp32 prefix of the state layout")
+    got = [(tuple(v.type.shape), v.dtype.np.name) for _, v in g.inputs[:n_p]]
+    if got != [(s.shape, s.dtype) for s in slots]:
+        raise RlxError(f"internal: predict's parameters {got} are not the train step's")
+    p_vals = [v for _, v in g.inputs[:n_p]]
+    pieces = [(name, g.new_value(TensorType((n,), DType.f16)))
+              for name, _, n in layout.states()]
+    g.inputs = pieces + list(g.inputs[n_p:])
+    total = sum(s.size for s in slots)
+
+    def decode(code, hi, lo):  # the params prefix of the fp32 vector, as mlstate.unpack
+        flat = decode_f32(*(lax.slice(p, (0,), (total,)) for p in (code, hi, lo)))
+        return [lax.slice(flat, (s.offset,), (s.offset + s.size,)).reshape(s.shape)
+                for s in slots]
+
+    f32 = [v for name, v in pieces if name.startswith("state.f32.")]
+    if len(f32) != len(F32_PIECES):
+        raise RlxError("internal: the state layout has no fp32 pieces")
+    closed = jax.make_jaxpr(decode)(
+        *[jax.ShapeDtypeStruct(v.type.shape, jnp.float16) for v in f32])
+    n0 = len(g.nodes)
+    decoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, f32)
+    g.nodes = g.nodes[n0:] + g.nodes[:n0]   # the decode reads only the states: run it first
+    substitute(g, {v.id: d for v, d in zip(p_vals, decoded)})
+    dce(g)
+    verify(g)
+    rest = jax.tree_util.tree_structure(tuple(
+        jax.tree_util.tree_unflatten(t, [0] * t.num_leaves)
+        for t in traced.in_tree.children()[1:]))
+    shift = lambda d: {i - n_p: x for i, x in d.items() if i >= n_p}  # noqa: E731
+    return Traced(g, rest, traced.out_tree, traced.in_types[n_p:],
+                  custom_rules=traced.custom_rules, empty_in=shift(traced.empty_in),
+                  empty_out=traced.empty_out, dropped=shift(traced.dropped),
+                  u32_leaves=frozenset(i - n_p for i in traced.u32_leaves if i >= n_p))
+
+
+def _params_structs(program):
+    """The (params) ShapeDtypeStruct tree the train program was compiled for."""
+    if program.structs is not None:  # mlstate
+        return program.structs[0]
+    compiled = program.compiled
+    ptree = compiled._traced.in_tree.children()[0]
+    n_p = sum(f.role == "param" for f in program.layout.inputs)
+    specs = compiled.input_specs[:n_p]
+    return jax.tree_util.tree_unflatten(
+        ptree, [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs])
+
+
+def compile_predict(step, program, fn: Callable, example_inputs):
+    """The ``predict`` function's compiled program for ``program`` (a TrainProgram)."""
+    if not callable(fn):
+        raise ArgumentError(f"predict=(fn, *example_inputs): fn must be callable, got "
+                            f"{type(fn).__name__}")
+    split = getattr(step, "split", None)  # a trainable= step: its frozen leaves
+    pf = PredictFunction(fn, program.layout, target=step.target, backend=step.backend,
+                         split=split)
+    lead = () if split is None else (list(split.values),)
+    compiled = pf.lower(*lead, _params_structs(program), *example_inputs).compile()
+    layout = program.layout
+    meta = {"state": layout.mode, "params": "states" if layout.mode == "mlstate" else "inputs"}
+    if layout.mode == "mlstate":  # where the params live in the states it reads
+        meta.update(encoding="rlxjax-f32x3-v1",
+                    states=[s.row() for s in layout.states],
+                    tensors=[{"name": s.name, "shape": list(s.shape), "offset": s.offset,
+                              "size": s.size}
+                             for s in layout.tensors.slots[:layout.tensors.n_params]])
+    else:
+        meta["param_inputs"] = [f.feature for f in layout.inputs if f.role == "param"]
+    compiled.spec.description.metadata.userDefined[PREDICT_METADATA_KEY] = json.dumps(meta)
+    return compiled
+
+
+def save_train_predict(step, program, path, predict) -> str:
+    """Write ``program`` (the train step) and ``predict`` = (fn, *example_inputs) as one
+    multifunction package at ``path``."""
+    require(get_target(step.target), "iOS18",
+            "a package with train_step and predict functions (a multifunction ML Program; "
+            "create the step with target='iOS18')")
+    if not isinstance(predict, (tuple, list)) or not predict:
+        raise ArgumentError("predict=(fn, *example_inputs): a tuple of the prediction "
+                            "function fn(params, *inputs) and example inputs")
+    fn, *example_inputs = predict
+    pred = compile_predict(step, program, fn, example_inputs)
+    train = program.compiled
+    with tempfile.TemporaryDirectory(prefix="rlxjax-multifunction-") as tmp:
+        model = merge_programs([(TRAIN_FUNCTION, train.spec, train._weights_dir),
+                                (PREDICT_FUNCTION, pred.spec, pred._weights_dir)],
+                               TRAIN_FUNCTION, tmp)
+        return save_mlpackage(model, tmp, path)
