@@ -126,6 +126,20 @@ class ReferenceProgram:
         # op's first execution only. Inputs with unknown dims: checked on every execution.
         self.check_always = any(shape is None or None in shape
                                 for _, shape in self.input_signatures.values())
+        #: input name -> per dim (lower, upper) of the model description's shapeRange
+        #: (upper -1: unbounded), for flexible inputs (Core ML RangeDim)
+        self.input_ranges = {
+            f.name: tuple((r.lowerBound, r.upperBound)
+                          for r in f.type.multiArrayType.shapeRange.sizeRanges)
+            for f in model.description.input
+            if f.type.WhichOneof("Type") == "multiArrayType"
+            and f.type.multiArrayType.shapeRange.sizeRanges}
+        #: input name -> the shapes it may take (Core ML enumerated shapes)
+        self.input_shapes = {
+            f.name: {tuple(e.shape) for e in f.type.multiArrayType.enumeratedShapes.shapes}
+            for f in model.description.input
+            if f.type.WhichOneof("Type") == "multiArrayType"
+            and f.type.multiArrayType.enumeratedShapes.shapes}
         #: name -> value of every const op (bound before each run; never written)
         self.constants = {}
         #: name -> declared (dtype, shape) of every tensor value: inputs, states, op outputs
@@ -292,6 +306,18 @@ class ReferenceProgram:
             if not _shape_ok(v.shape, shape):
                 raise ReferenceRuntimeError(
                     f"input '{name}' has shape {v.shape}, expected {_fmt_shape(shape)}")
+            ranges = self.input_ranges.get(name)
+            if ranges is not None and len(ranges) == v.ndim and any(
+                    s < lo or (hi >= 0 and s > hi) for s, (lo, hi) in zip(v.shape, ranges)):
+                raise ReferenceRuntimeError(
+                    f"input '{name}' has shape {v.shape}, outside the flexible shape range "
+                    f"{[(lo, hi if hi >= 0 else 'unbounded') for lo, hi in ranges]} of the "
+                    "model description (Core ML refuses it too)")
+            shapes = self.input_shapes.get(name)
+            if shapes is not None and tuple(v.shape) not in shapes:
+                raise ReferenceRuntimeError(
+                    f"input '{name}' has shape {v.shape}, not one of the enumerated shapes "
+                    f"{sorted(shapes)} of the model description (Core ML refuses it too)")
             env[name] = v
         return env
 
