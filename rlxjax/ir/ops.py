@@ -36,7 +36,8 @@ EFFECTS = ("pure", "state", "random")
 
 #: The op families, named alike in every layer (frontend rules, VJPs, lowerings, tests).
 FAMILIES = ("constant", "elementwise", "reduction", "shape", "linear", "norm", "norm_grad",
-            "pool", "conv", "indexing", "random", "control", "linalg")
+            "pool", "conv", "indexing", "random", "control", "linalg", "activation",
+            "activation_grad")
 
 #: The layers that register an implementation into an op's record.
 LAYERS = ("vjp", "lower", "fold")

@@ -59,6 +59,8 @@ def _computed_sites():
         ("rules/reduction.py", "_arg"): {"reduce_" + op for op in registered(reduction._arg)},
         ("rules/pool.py", "_reduce_window"): set(pool._COMBINE.values()),
         ("rules/pool.py", "_choose"): set(pool._SELECT.values()),
+        ("rules/activation.py", "_reduce_keep"): {"reduce_max", "reduce_log_sum_exp",
+                                                  "reduce_sum"},
     }
 
 
