@@ -73,7 +73,7 @@ def recognize_activations(graph: Graph) -> Dict[str, int]:
 def _match(y: Value) -> Optional[Tuple[str, Value, dict]]:
     op = y.node.op
     if op == "div":
-        return _softmax(y)
+        return _softmax(y) or _gelu(y)
     if op == "sub":
         return _log_softmax(y)
     return _silu(y) or _gelu(y)
