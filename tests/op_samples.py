@@ -111,6 +111,11 @@ _ACTIVATIONS = {
     "log_softmax_grad": ([_t(2, 3), _t(2, 3)], {"axis": 0}),
     "gelu_grad": ([_t(2, 3), _t(2, 3)], {"approximate": True}),
     "silu_grad": ([_t(2, 3), _t(2, 3)], {}),
+    "attention": ([_t(2, 3, 4), _t(2, 5, 4), _t(2, 5, 6), _t(3, 5)],
+                  {"scale": 0.3, "has_mask": True}),
+    "attention_grad": ([_t(2, 3, 4), _t(2, 5, 4), _t(2, 5, 6), _t(3, 5), _t(2, 3, 6)],
+                       {"scale": 0.5, "has_mask": True,
+                        "outputs": ("dq", "dk", "dv", "dmask")}),
 }
 SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER, **_SPECIAL, **_LINALG, **_ACTIVATIONS}
 

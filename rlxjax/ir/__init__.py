@@ -11,6 +11,7 @@ from . import control as _control_ops  # noqa: F401  (registers the region-carry
 from . import special as _special_ops  # noqa: F401  (registers the special functions)
 from . import linalg as _linalg_ops  # noqa: F401  (registers the linalg family)
 from . import activation as _activation_ops  # noqa: F401  (softmax, gelu, silu and grads)
+from . import attention as _attention_ops  # noqa: F401  (fused attention and its grad)
 from . import bitwise as _bitwise_ops  # noqa: F401  (shifts, bit counts, reduce_precision)
 from .ops import OPS, IRTypeError, OpDef, broadcast_shapes, infer_types
 from .verify import GraphVerificationError, verify

@@ -37,7 +37,7 @@ EFFECTS = ("pure", "state", "random")
 #: The op families, named alike in every layer (frontend rules, VJPs, lowerings, tests).
 FAMILIES = ("constant", "elementwise", "reduction", "shape", "linear", "norm", "norm_grad",
             "pool", "conv", "indexing", "random", "control", "linalg", "activation",
-            "activation_grad")
+            "activation_grad", "attention", "attention_grad")
 
 #: The layers that register an implementation into an op's record.
 LAYERS = ("vjp", "lower", "fold")

@@ -374,3 +374,30 @@ def test_listed_ops_really_lack_value_inference(op):
 
     with Function({}):
         assert getattr(mb, op)(**kwargs).val is None
+
+
+# --- attention (iOS18) -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", checks("scaled_dot_product_attention"))
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_scaled_dot_product_attention(op, data):
+    import coremltools as ct
+
+    dtype = data.draw(st.sampled_from([F32, F16]))
+    lead = tuple(data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+    L, S, E, EV = (data.draw(st.integers(1, 5)) for _ in range(4))
+    kw = {"query": data.draw(arrays(dtype, lead + (L, E), -3, 3)),
+          "key": data.draw(arrays(dtype, lead + (S, E), -3, 3)),
+          "value": data.draw(arrays(dtype, lead + (S, EV), -3, 3))}
+    mask = data.draw(st.sampled_from([None, "float", "bool"]))
+    if mask == "float":
+        kw["attn_mask"] = data.draw(arrays(dtype, (L, S), -3, 3))
+    elif mask == "bool":  # at least one score per row takes part (else the row is NaN)
+        m = data.draw(hnp.arrays(BOOL, (L, S)))
+        m[:, 0] = True
+        kw["attn_mask"] = m
+    # coremltools evaluates in float64 (a float64 1/sqrt(E)); the reference in the operands'
+    # precision (fp16: fp32), rounded once.
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
+    cross_check(op, kw, opset=ct.target.iOS18, **tol)
