@@ -16,7 +16,9 @@ needs nothing from around them.
   recognised norm with its fused backward op; in regions too, so a norm in a scanned layer
   keeps its fused backward.
 - ``recognize_activations`` (after the norms, which take precedence) fuses softmax,
-  log_softmax, gelu and silu (transforms/recognize_activations.py) for the same reason.
+  log_softmax, gelu and silu (transforms/recognize_activations.py) for the same reason;
+  ``recognize_attention`` then fuses ``softmax(q·kᵀ·scale + mask)·v`` (it needs the fused
+  softmax).
 - ``inline_custom_calls`` replaces each ``custom_vjp`` node of the top-level graph by its
   primal body once the grad transform has used the custom rule (those inside regions are
   lowered as they are: coreml/rules/control.py).
@@ -38,6 +40,7 @@ from ..ir import Graph
 from .cse import cse
 from .fold import fold_constants
 from .recognize_activations import recognize_activations
+from .recognize_attention import recognize_attention
 from .recognize_norms import recognize_norms
 from .regions import all_regions, inline_custom_calls
 from .rewrite import dce
@@ -56,6 +59,7 @@ class Pass:
 PASSES: Dict[str, Pass] = {p.name: p for p in (
     Pass("recognize_norms", recognize_norms),
     Pass("recognize_activations", recognize_activations),
+    Pass("recognize_attention", recognize_attention),
     Pass("inline_custom_calls", inline_custom_calls, regions=False),
     Pass("simplify", simplify),
     Pass("cse", cse),
@@ -64,7 +68,7 @@ PASSES: Dict[str, Pass] = {p.name: p for p in (
 )}
 
 #: Before the function's transform (see the module docstring).
-BEFORE_AD = ("recognize_norms", "recognize_activations")
+BEFORE_AD = ("recognize_norms", "recognize_activations", "recognize_attention")
 
 #: After the function's transform, before the lowering.
 AFTER_AD = (
