@@ -401,3 +401,25 @@ def test_scaled_dot_product_attention(op, data):
     # precision (fp16: fp32), rounded once.
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
     cross_check(op, kw, opset=ct.target.iOS18, **tol)
+
+
+@pytest.mark.parametrize("op", checks("layer_norm"))
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_layer_norm(op, data):
+    dtype = data.draw(st.sampled_from([F32, F16]))
+    shape = data.draw(shapes(min_dims=1, max_dims=4))
+    rank = len(shape)
+    first = data.draw(st.integers(0, rank - 1))
+    axes = list(range(first, rank))
+    kw = {"x": data.draw(arrays(dtype, shape, -5, 5)), "axes": np.asarray(axes, np.int32),
+          "epsilon": dtype(data.draw(st.sampled_from([1e-5, 1e-3, 0.1])))}
+    pshape = tuple(shape[first:])
+    if data.draw(st.booleans()):
+        kw["gamma"] = data.draw(arrays(dtype, pshape, -2, 2))
+        if data.draw(st.booleans()):
+            kw["beta"] = data.draw(arrays(dtype, pshape, -2, 2))
+    # coremltools evaluates in float64; the reference in fp32 (fp16 too), rounded once. A
+    # nearly constant group makes both sensitive to rounding: tolerance on the output scale.
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=1e-2, atol=2e-2)
+    cross_check(op, kw, **tol)

@@ -1,7 +1,8 @@
 """Lowering: the norm family, composed from primitive MIL ops with implicit broadcasting.
 
-MIL's native ``layer_norm`` / ``batch_norm`` / ``instance_norm`` want const gamma/beta/stats;
-in a training graph they are runtime values, so every norm is written out:
+``layer_norm`` in fp32 is MIL's own ``layer_norm`` (with gamma/beta inside when they are
+constants, applied after it when they are runtime values: MIL wants them const). The other
+norms, and every norm in fp16, are written out:
 ``mean = reduce_mean(x)``, ``xc = x - mean``, ``var = reduce_mean(xc * xc)`` (the centred
 two-pass variance: no ``E[x²] - E[x]²`` cancellation for data with a large mean),
 ``inv = rsqrt(var + eps)`` (eps folded in by an add, rsqrt's own epsilon set to 0), then the
@@ -120,7 +121,21 @@ def affine(b, y, gamma, beta):
 def _layer_norm(ctx, node, *inputs):
     x, gamma, beta, _ = split_affine(node, inputs)
     axes = range(node.params["axis"], x.type.rank)
+    if x.dtype == DType.f32:
+        return native_layer_norm(ctx.b, x, list(axes), node.params["eps"], gamma, beta)
     return affine(ctx.b, normalize(ctx.b, x, list(axes), node.params["eps"]), gamma, beta)
+
+
+def native_layer_norm(b, x, axes, eps, gamma, beta):
+    """fp32: MIL's own ``layer_norm`` (the same centred, biased statistics). Its gamma/beta
+    must be constants: constant ones (an inference export's weights) go inside the op,
+    runtime ones (a training graph's parameters) are applied after it."""
+    g, bt = (b.known(t) if t is not None else None for t in (gamma, beta))
+    inside = (gamma is None or g is not None) and (beta is None or bt is not None)
+    y = b.op("layer_norm", TensorType(x.shape, x.dtype), x=x,
+             axes=np.asarray(sorted(axes), np.int32), epsilon=scalar_like(x, eps),
+             gamma=g if inside else None, beta=bt if inside else None)
+    return y if inside else affine(b, y, gamma, beta)
 
 
 @lowering("rms_norm")
