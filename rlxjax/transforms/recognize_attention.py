@@ -46,9 +46,21 @@ def recognize_attention(graph: Graph) -> Dict[str, int]:
         order.append(n)
     graph.nodes = order
     substitute(graph, mapping)
+    _compose_transposes(graph, {v.id for v in mapping.values()})
     dce(graph)
     verify(graph)
     return {"attention": len(matches)}
+
+
+def _compose_transposes(graph: Graph, made: set) -> None:
+    """A transpose reading a transpose this pass made (flax moves the heads back right after
+    the attention) becomes one transpose of the attention's result."""
+    for n in graph.nodes:
+        src = n.inputs[0].node if n.op == "transpose" else None
+        if src is not None and src.op == "transpose" and src.output.id in made:
+            inner, outer = src.params["perm"], n.params["perm"]
+            n.inputs = (src.inputs[0],)
+            n.params = type(n.params)({"perm": tuple(inner[i] for i in outer)})
 
 
 def _free(rank, batch, contract) -> List[int]:
