@@ -5,7 +5,8 @@ transform with fused norm backward ops) and of ``coreml_jit(jax.grad(loss))`` (J
 then compiled op by op), with the ratio; then the MIL op count of each norm's backward
 lowering alone; then, for each fused activation (softmax, log_softmax, gelu, silu), the
 forward and gradient MIL ops with the fused op against the same program with
-``recognize_activations`` switched off (the decomposed form JAX emits).
+``recognize_activations`` switched off (the decomposed form JAX emits); likewise attention
+(``recognize_attention`` off) on iOS17 and iOS18.
 Run: ``python bench/grad_ops.py``.
 """
 from __future__ import annotations
@@ -84,29 +85,43 @@ def _without(pass_name):
 
 def activation_ops():
     """(name, fwd fused, fwd decomposed, grad fused, grad decomposed): non-const MIL ops
-    of ``f(x)`` and of the gradient of ``sum(f(x)·w)`` (w an input, so nothing folds)."""
+    of ``f(*args)`` and of the gradient of ``sum(f(*args)·w)`` (w an input, so nothing
+    folds), with the recognising pass on and off."""
     import jax.numpy as jnp
 
     r = np.random.default_rng(0)
     x = r.standard_normal((8, 64)).astype(np.float32)
-    w = r.standard_normal((8, 64)).astype(np.float32)
+    q, k, v = (r.standard_normal((2, 4, 16, 8)).astype(np.float32) for _ in range(3))
+
+    def attend(q, k, v):
+        s = jnp.einsum("bhld,bhsd->bhls", q, k) / np.sqrt(8.0)
+        return jnp.einsum("bhls,bhsd->bhld", jax.nn.softmax(s), v)
+
+    act = "recognize_activations"
     cases = {
-        "softmax": lambda x: jax.nn.softmax(x),
-        "log_softmax": lambda x: jax.nn.log_softmax(x),
-        "gelu (erf)": lambda x: jax.nn.gelu(x, approximate=False),
-        "gelu (tanh)": lambda x: jax.nn.gelu(x, approximate=True),
-        "silu": jax.nn.silu,
+        "softmax": (jax.nn.softmax, (x,), act, "iOS17"),
+        "log_softmax": (jax.nn.log_softmax, (x,), act, "iOS17"),
+        "gelu (erf)": (lambda x: jax.nn.gelu(x, approximate=False), (x,), act, "iOS17"),
+        "gelu (tanh)": (lambda x: jax.nn.gelu(x, approximate=True), (x,), act, "iOS17"),
+        "silu": (jax.nn.silu, (x,), act, "iOS17"),
+        "attention iOS17": (attend, (q, k, v), "recognize_attention", "iOS17"),
+        "attention iOS18": (attend, (q, k, v), "recognize_attention", "iOS18"),
     }
     rows = []
-    for name, f in cases.items():
-        def loss(x, w, f=f):
-            return jnp.sum(f(x) * w)
+    for name, (f, args, pass_name, target) in cases.items():
+        w = r.standard_normal(f(*args).shape).astype(np.float32)
+
+        def loss(*a, f=f):
+            return jnp.sum(f(*a[:-1]) * a[-1])
 
         def both():
-            return mil_ops(f, x), mil_ops(rlxjax.coreml_grad(loss), x, w)
+            argnums = tuple(range(len(args)))
+            return (mil_ops(rlxjax.coreml_jit(f, target=target), *args),
+                    mil_ops(rlxjax.coreml_grad(loss, argnums=argnums, target=target),
+                            *args, w))
 
         fused = both()
-        with _without("recognize_activations"):
+        with _without(pass_name):
             plain = both()
         rows.append((name, fused[0], plain[0], fused[1], plain[1]))
     return rows
@@ -120,9 +135,8 @@ def main():
     print("\nMIL ops of each norm's backward alone (input and parameter gradients)")
     for name, n in norm_backward_ops():
         print(f"{name:<24} {n:>5}")
-    print("\nnon-const MIL ops of each fused activation, fused vs decomposed "
-          "(recognize_activations off)")
-    print(f"{'activation':<16} {'fwd':>5} {'decomp':>7} {'ratio':>6} {'grad':>6} {'decomp':>7} "
+    print("\nnon-const MIL ops of each fused op, fused vs decomposed (its pass off)")
+    print(f"{'fused op':<16} {'fwd':>5} {'decomp':>7} {'ratio':>6} {'grad':>6} {'decomp':>7} "
           f"{'ratio':>6}")
     for name, f1, f0, g1, g0 in activation_ops():
         print(f"{name:<16} {f1:>5} {f0:>7} {f1 / f0:>6.2f} {g1:>6} {g0:>7} {g1 / g0:>6.2f}")
