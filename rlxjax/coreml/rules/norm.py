@@ -1,6 +1,6 @@
 """Lowering: the norm family, composed from primitive MIL ops with implicit broadcasting.
 
-``layer_norm`` in fp32 is MIL's own ``layer_norm`` (with gamma/beta inside when they are
+``layer_norm`` (and ada_layer_norm's layer kind) in fp32 is MIL's own ``layer_norm`` (with gamma/beta inside when they are
 constants, applied after it when they are runtime values: MIL wants them const). The other
 norms, and every norm in fp16, are written out:
 ``mean = reduce_mean(x)``, ``xc = x - mean``, ``var = reduce_mean(xc * xc)`` (the centred
@@ -221,7 +221,10 @@ def _layer_norm2d(ctx, node, *inputs):
 def _ada_layer_norm(ctx, node, x, scale, shift):
     p, b, e = node.params, ctx.b, Ew(ctx.b)
     last = [x.type.rank - 1]
-    n = (normalize if p["kind"] == "layer" else rms_normalize)(b, x, last, p["eps"])
+    if p["kind"] == "layer" and x.dtype == DType.f32:
+        n = native_layer_norm(b, x, last, p["eps"], None, None)
+    else:
+        n = (normalize if p["kind"] == "layer" else rms_normalize)(b, x, last, p["eps"])
     one_plus = e.binary("add", scale, scalar_like(scale, 1))  # on the (small) scale tensor
     return e.binary("add", e.binary("mul", n, one_plus), shift)
 
