@@ -187,3 +187,9 @@ def test_fp16_program():
     f = lambda x: jax.nn.softmax(jax.nn.gelu(x)) + jax.nn.log_softmax(jax.nn.silu(x))  # noqa
     c = check_against_jax(f, x, precision="fp16", rtol=2e-2, atol=2e-2)
     assert _fused_ops(c.graph) == {"softmax": 1, "gelu": 1, "log_softmax": 1, "silu": 1}
+
+
+def test_a_division_by_a_constant_zero_is_not_a_match():
+    f = lambda x: 0.5 * x * (1 + lax.erf(x / 0.0))  # noqa: E731
+    x = _data((2, 3), 7, 1.0)
+    assert _fused_ops(_lowered_graph(f, x)) == {}

@@ -241,6 +241,8 @@ def _split(v: Value) -> Tuple[float, List[Value]]:
             continue
         c = _scalar(f)
         if c is not None:
+            if p != 1 and c == 0:  # a division by a constant 0: no finite factor
+                return math.nan, []
             coef *= c if p == 1 else 1.0 / c
         elif p == 1:
             rest.append(f)
