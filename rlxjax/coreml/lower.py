@@ -85,6 +85,9 @@ class LowerContext:
         self.b = builder
         self.target = target
         self.precision = precision
+        #: ids of the values a norm backward op recomputes statistics of (rules/norm.py:
+        #: their forward stays written out, so MIL CSE shares those statistics)
+        self.norm_grad_inputs: frozenset = frozenset()
 
     def dt(self, d: DType) -> DType:
         """The MIL dtype the program computes values of RLX dtype ``d`` in."""
@@ -144,6 +147,18 @@ def _check_static(graph: Graph) -> None:
                                         "Core ML lowering needs static shapes.")
 
 
+def _norm_grad_inputs(graph: Graph) -> frozenset:
+    ids, stack = set(), [graph]
+    while stack:
+        g = stack.pop()
+        for n in g.nodes:
+            if n.op in ("layer_norm_grad", "ada_layer_norm_grad"):
+                ids.add(n.inputs[0].id)
+            for r in n.regions.values():  # a graph, or a list of them (cond's branches)
+                stack.extend(r if isinstance(r, (list, tuple)) else [r])
+    return frozenset(ids)
+
+
 def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
                 states=None):
     """Lower ``graph``; weights go to ``weights_dir``/weight.bin. Returns (model, inputs, outputs).
@@ -159,6 +174,7 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
 
     b = MilBuilder(lambda: blob_writer(os.path.join(weights_dir, "weight.bin")))
     ctx = LowerContext(b, target, precision)
+    ctx.norm_grad_inputs = _norm_grad_inputs(graph)
     env = {}
 
     mil_names = _unique([sanitize(n) for n, _ in graph.inputs] +

@@ -121,7 +121,7 @@ def affine(b, y, gamma, beta):
 def _layer_norm(ctx, node, *inputs):
     x, gamma, beta, _ = split_affine(node, inputs)
     axes = range(node.params["axis"], x.type.rank)
-    if x.dtype == DType.f32:
+    if x.dtype == DType.f32 and node.inputs[0].id not in ctx.norm_grad_inputs:
         return native_layer_norm(ctx.b, x, list(axes), node.params["eps"], gamma, beta)
     return affine(ctx.b, normalize(ctx.b, x, list(axes), node.params["eps"]), gamma, beta)
 
@@ -129,7 +129,9 @@ def _layer_norm(ctx, node, *inputs):
 def native_layer_norm(b, x, axes, eps, gamma, beta):
     """fp32: MIL's own ``layer_norm`` (the same centred, biased statistics). Its gamma/beta
     must be constants: constant ones (an inference export's weights) go inside the op,
-    runtime ones (a training graph's parameters) are applied after it."""
+    runtime ones (a training graph's parameters) are applied after it. Not where a backward
+op recomputes the statistics of the same x: written out, the forward's statistics are
+shared with it by MIL CSE, one op fewer than the native op next to the backward's."""
     g, bt = (b.known(t) if t is not None else None for t in (gamma, beta))
     inside = (gamma is None or g is not None) and (beta is None or bt is not None)
     y = b.op("layer_norm", TensorType(x.shape, x.dtype), x=x,
@@ -221,7 +223,8 @@ def _layer_norm2d(ctx, node, *inputs):
 def _ada_layer_norm(ctx, node, x, scale, shift):
     p, b, e = node.params, ctx.b, Ew(ctx.b)
     last = [x.type.rank - 1]
-    if p["kind"] == "layer" and x.dtype == DType.f32:
+    if p["kind"] == "layer" and x.dtype == DType.f32 and \
+            node.inputs[0].id not in ctx.norm_grad_inputs:
         n = native_layer_norm(b, x, last, p["eps"], None, None)
     else:
         n = (normalize if p["kind"] == "layer" else rms_normalize)(b, x, last, p["eps"])
