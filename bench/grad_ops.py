@@ -3,10 +3,15 @@
 For each model, the non-const MIL op count of ``coreml_grad(loss)`` (rlxjax's grad
 transform with fused norm backward ops) and of ``coreml_jit(jax.grad(loss))`` (JAX's AD,
 then compiled op by op), with the ratio; then the MIL op count of each norm's backward
-lowering alone. Run: ``python bench/grad_ops.py``.
+lowering alone; then, for each fused activation (softmax, log_softmax, gelu, silu), the
+forward and gradient MIL ops with the fused op against the same program with
+``recognize_activations`` switched off (the decomposed form JAX emits); likewise attention
+(``recognize_attention`` off) on iOS17 and iOS18.
+Run: ``python bench/grad_ops.py``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -65,6 +70,63 @@ def norm_backward_ops():
     return rows
 
 
+@contextlib.contextmanager
+def _without(pass_name):
+    """Run with one BEFORE_AD pass switched off (the 'decomposed' column)."""
+    from rlxjax.transforms import pipeline
+
+    saved = pipeline.BEFORE_AD
+    pipeline.BEFORE_AD = tuple(p for p in saved if p != pass_name)
+    try:
+        yield
+    finally:
+        pipeline.BEFORE_AD = saved
+
+
+def activation_ops():
+    """(name, fwd fused, fwd decomposed, grad fused, grad decomposed): non-const MIL ops
+    of ``f(*args)`` and of the gradient of ``sum(f(*args)·w)`` (w an input, so nothing
+    folds), with the recognising pass on and off."""
+    import jax.numpy as jnp
+
+    r = np.random.default_rng(0)
+    x = r.standard_normal((8, 64)).astype(np.float32)
+    q, k, v = (r.standard_normal((2, 4, 16, 8)).astype(np.float32) for _ in range(3))
+
+    def attend(q, k, v):
+        s = jnp.einsum("bhld,bhsd->bhls", q, k) / np.sqrt(8.0)
+        return jnp.einsum("bhls,bhsd->bhld", jax.nn.softmax(s), v)
+
+    act = "recognize_activations"
+    cases = {
+        "softmax": (jax.nn.softmax, (x,), act, "iOS17"),
+        "log_softmax": (jax.nn.log_softmax, (x,), act, "iOS17"),
+        "gelu (erf)": (lambda x: jax.nn.gelu(x, approximate=False), (x,), act, "iOS17"),
+        "gelu (tanh)": (lambda x: jax.nn.gelu(x, approximate=True), (x,), act, "iOS17"),
+        "silu": (jax.nn.silu, (x,), act, "iOS17"),
+        "attention iOS17": (attend, (q, k, v), "recognize_attention", "iOS17"),
+        "attention iOS18": (attend, (q, k, v), "recognize_attention", "iOS18"),
+    }
+    rows = []
+    for name, (f, args, pass_name, target) in cases.items():
+        w = r.standard_normal(f(*args).shape).astype(np.float32)
+
+        def loss(*a, f=f):
+            return jnp.sum(f(*a[:-1]) * a[-1])
+
+        def both():
+            argnums = tuple(range(len(args)))
+            return (mil_ops(rlxjax.coreml_jit(f, target=target), *args),
+                    mil_ops(rlxjax.coreml_grad(loss, argnums=argnums, target=target),
+                            *args, w))
+
+        fused = both()
+        with _without(pass_name):
+            plain = both()
+        rows.append((name, fused[0], plain[0], fused[1], plain[1]))
+    return rows
+
+
 def main():
     print("non-const MIL ops of the training gradient")
     print(f"{'model':<24} {'coreml_grad':>12} {'jit(jax.grad)':>14} {'ratio':>7}")
@@ -73,6 +135,11 @@ def main():
     print("\nMIL ops of each norm's backward alone (input and parameter gradients)")
     for name, n in norm_backward_ops():
         print(f"{name:<24} {n:>5}")
+    print("\nnon-const MIL ops of each fused op, fused vs decomposed (its pass off)")
+    print(f"{'fused op':<16} {'fwd':>5} {'decomp':>7} {'ratio':>6} {'grad':>6} {'decomp':>7} "
+          f"{'ratio':>6}")
+    for name, f1, f0, g1, g0 in activation_ops():
+        print(f"{name:<16} {f1:>5} {f0:>7} {f1 / f0:>6.2f} {g1:>6} {g0:>7} {g1 / g0:>6.2f}")
 
 
 if __name__ == "__main__":

@@ -106,7 +106,22 @@ _LINALG = {
     "svd": ([_t(2, 3, 4)], {}),
     "tridiagonal_solve": ([_t(2, 3)] * 3 + [_t(2, 3, 2)], {}),
 }
-SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER, **_SPECIAL, **_LINALG}
+_ACTIVATIONS = {
+    "softmax": ([_t(2, 3)], {"axis": 1}),
+    "log_softmax": ([_t(2, 3)], {"axis": 0}),
+    "gelu": ([_t(2, 3)], {"approximate": False}),
+    "silu": ([_t(2, 3)], {}),
+    "softmax_grad": ([_t(2, 3), _t(2, 3)], {"axis": 1}),
+    "log_softmax_grad": ([_t(2, 3), _t(2, 3)], {"axis": 0}),
+    "gelu_grad": ([_t(2, 3), _t(2, 3)], {"approximate": True}),
+    "silu_grad": ([_t(2, 3), _t(2, 3)], {}),
+    "attention": ([_t(2, 3, 4), _t(2, 5, 4), _t(2, 5, 6), _t(3, 5)],
+                  {"scale": 0.3, "has_mask": True}),
+    "attention_grad": ([_t(2, 3, 4), _t(2, 5, 4), _t(2, 5, 6), _t(3, 5), _t(2, 3, 6)],
+                       {"scale": 0.5, "has_mask": True,
+                        "outputs": ("dq", "dk", "dv", "dmask")}),
+}
+SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER, **_SPECIAL, **_LINALG, **_ACTIVATIONS}
 
 
 def _region(name, in_types, body):

@@ -37,7 +37,10 @@ def _count(graphs, op):
 def test_stages_name_registered_passes():
     for name in pipeline.BEFORE_AD + pipeline.AFTER_AD:
         assert pipeline.PASSES[name].name == name
-    assert pipeline.BEFORE_AD == ("recognize_norms",)
+    # norms first (they take precedence), then activations, then attention (which needs the
+    # fused softmax)
+    assert pipeline.BEFORE_AD == ("recognize_norms", "recognize_activations",
+                                  "recognize_attention")
     assert pipeline.AFTER_AD.index("inline_custom_calls") < pipeline.AFTER_AD.index("simplify")
 
 

@@ -96,6 +96,9 @@ class LowerContext:
         self.target = target
         self.precision = precision
         self.flex = None  # a program with flexible inputs: symbolic.FlexDims
+        #: ids of the values a norm backward op recomputes statistics of (rules/norm.py:
+        #: their forward stays written out, so MIL CSE shares those statistics)
+        self.norm_grad_inputs: frozenset = frozenset()
 
     def dt(self, d: DType) -> DType:
         """The MIL dtype the program computes values of RLX dtype ``d`` in."""
@@ -159,6 +162,18 @@ def _check_static(graph: Graph) -> None:
                                         "Core ML lowering needs static shapes.")
 
 
+def _norm_grad_inputs(graph: Graph) -> frozenset:
+    ids, stack = set(), [graph]
+    while stack:
+        g = stack.pop()
+        for n in g.nodes:
+            if n.op in ("layer_norm_grad", "ada_layer_norm_grad"):
+                ids.add(n.inputs[0].id)
+            for r in n.regions.values():  # a graph, or a list of them (cond's branches)
+                stack.extend(r if isinstance(r, (list, tuple)) else [r])
+    return frozenset(ids)
+
+
 def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
                 states=None):
     """Lower ``graph``; weights go to ``weights_dir``/weight.bin. Returns (model, inputs, outputs).
@@ -176,6 +191,7 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     ctx = LowerContext(b, target, precision)
     if not all(v.type.is_static for _, v in graph.inputs):  # flexible inputs
         ctx.flex = FlexDims(b)
+    ctx.norm_grad_inputs = _norm_grad_inputs(graph)
     env = {}
 
     mil_names = _unique([sanitize(n) for n, _ in graph.inputs] +

@@ -9,7 +9,7 @@ reads it back. One test (tests/test_op_records.py) checks the records are comple
 
 Families (``FAMILIES``; the same names are used in every layer): constant, elementwise,
 reduction, shape, linear (defined here), and norm, norm_grad, pool, conv, indexing, random,
-control, linalg (each in its own module of rlxjax/ir/). Parameter kinds are in rlxjax/ir/schema.py.
+control, linalg, activation(_grad), attention(_grad) (each in its own module of rlxjax/ir/). Parameter kinds are in rlxjax/ir/schema.py.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ EFFECTS = ("pure", "state", "random")
 
 #: The op families, named alike in every layer (frontend rules, VJPs, lowerings, tests).
 FAMILIES = ("constant", "elementwise", "reduction", "shape", "linear", "norm", "norm_grad",
-            "pool", "conv", "indexing", "random", "control", "linalg")
+            "pool", "conv", "indexing", "random", "control", "linalg", "activation",
+            "activation_grad", "attention", "attention_grad")
 
 #: The layers that register an implementation into an op's record.
 LAYERS = ("vjp", "lower", "fold")

@@ -15,6 +15,10 @@ needs nothing from around them.
 - ``recognize_norms`` runs before any transform, so that the grad transform pairs each
   recognised norm with its fused backward op; in regions too, so a norm in a scanned layer
   keeps its fused backward.
+- ``recognize_activations`` (after the norms, which take precedence) fuses softmax,
+  log_softmax, gelu and silu (transforms/recognize_activations.py) for the same reason;
+  ``recognize_attention`` then fuses ``softmax(q·kᵀ·scale + mask)·v`` (it needs the fused
+  softmax).
 - ``inline_custom_calls`` replaces each ``custom_vjp`` node of the top-level graph by its
   primal body once the grad transform has used the custom rule (those inside regions are
   lowered as they are: coreml/rules/control.py).
@@ -35,6 +39,8 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 from ..ir import Graph
 from .cse import cse
 from .fold import fold_constants
+from .recognize_activations import recognize_activations
+from .recognize_attention import recognize_attention
 from .recognize_norms import recognize_norms
 from .regions import all_regions, inline_custom_calls
 from .rewrite import dce
@@ -52,6 +58,8 @@ class Pass:
 #: Every pass by name (the stages below pick from these; tests and tools may run any).
 PASSES: Dict[str, Pass] = {p.name: p for p in (
     Pass("recognize_norms", recognize_norms),
+    Pass("recognize_activations", recognize_activations),
+    Pass("recognize_attention", recognize_attention),
     Pass("inline_custom_calls", inline_custom_calls, regions=False),
     Pass("simplify", simplify),
     Pass("cse", cse),
@@ -60,7 +68,7 @@ PASSES: Dict[str, Pass] = {p.name: p for p in (
 )}
 
 #: Before the function's transform (see the module docstring).
-BEFORE_AD = ("recognize_norms",)
+BEFORE_AD = ("recognize_norms", "recognize_activations", "recognize_attention")
 
 #: After the function's transform, before the lowering.
 AFTER_AD = (

@@ -62,6 +62,8 @@ def _computed_sites():
         ("rules/pool.py", "_reduce_window"): set(pool._COMBINE.values()),
         ("rules/pool.py", "_choose"): set(pool._SELECT.values()),
         ("symbolic.py", "arith"): set(symbolic._ARITH.values()),  # flexible dim expressions
+        ("rules/activation.py", "_reduce_keep"): {"reduce_max", "reduce_log_sum_exp",
+                                                  "reduce_sum"},
     }
 
 

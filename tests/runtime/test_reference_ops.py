@@ -380,3 +380,52 @@ def test_listed_ops_really_lack_value_inference(op):
 
     with Function({}):
         assert getattr(mb, op)(**kwargs).val is None
+
+
+# --- attention (iOS18) -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", checks("scaled_dot_product_attention"))
+@settings(max_examples=10, deadline=None)
+@given(data=st.data())
+def test_scaled_dot_product_attention(op, data):
+    import coremltools as ct
+
+    dtype = data.draw(st.sampled_from([F32, F16]))
+    lead = tuple(data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+    L, S, E, EV = (data.draw(st.integers(1, 5)) for _ in range(4))
+    kw = {"query": data.draw(arrays(dtype, lead + (L, E), -3, 3)),
+          "key": data.draw(arrays(dtype, lead + (S, E), -3, 3)),
+          "value": data.draw(arrays(dtype, lead + (S, EV), -3, 3))}
+    mask = data.draw(st.sampled_from([None, "float", "bool"]))
+    if mask == "float":
+        kw["attn_mask"] = data.draw(arrays(dtype, (L, S), -3, 3))
+    elif mask == "bool":  # at least one score per row takes part (else the row is NaN)
+        m = data.draw(hnp.arrays(BOOL, (L, S)))
+        m[:, 0] = True
+        kw["attn_mask"] = m
+    # coremltools evaluates in float64 (a float64 1/sqrt(E)); the reference in the operands'
+    # precision (fp16: fp32), rounded once.
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == F32 else dict(rtol=2e-3, atol=2e-3)
+    cross_check(op, kw, opset=ct.target.iOS18, **tol)
+
+
+@pytest.mark.parametrize("op", checks("layer_norm"))
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_layer_norm(op, data):
+    dtype = data.draw(st.sampled_from([F32, F16]))
+    shape = data.draw(shapes(min_dims=1, max_dims=4))
+    rank = len(shape)
+    first = data.draw(st.integers(0, rank - 1))
+    axes = list(range(first, rank))
+    kw = {"x": data.draw(arrays(dtype, shape, -5, 5)), "axes": np.asarray(axes, np.int32),
+          "epsilon": dtype(data.draw(st.sampled_from([1e-5, 1e-3, 0.1])))}
+    pshape = tuple(shape[first:])
+    if data.draw(st.booleans()):
+        kw["gamma"] = data.draw(arrays(dtype, pshape, -2, 2))
+        if data.draw(st.booleans()):
+            kw["beta"] = data.draw(arrays(dtype, pshape, -2, 2))
+    # coremltools evaluates in float64; the reference in fp32 (fp16 too), rounded once. A
+    # nearly constant group makes both sensitive to rounding: tolerance on the output scale.
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=1e-2, atol=2e-2)
+    cross_check(op, kw, **tol)

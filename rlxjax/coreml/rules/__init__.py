@@ -1,6 +1,7 @@
 """Core ML lowerings, one module per op family; importing registers them."""
 from . import constant, elementwise, linear, norm, reduction, shape, special  # noqa: F401
 from . import norm_grad  # noqa: F401
+from . import activation, attention  # noqa: F401
 from . import indexing  # noqa: F401
 from . import pool  # noqa: F401
 from . import conv  # noqa: F401

@@ -1,7 +1,8 @@
 """Lowering: the norm family, composed from primitive MIL ops with implicit broadcasting.
 
-MIL's native ``layer_norm`` / ``batch_norm`` / ``instance_norm`` want const gamma/beta/stats;
-in a training graph they are runtime values, so every norm is written out:
+``layer_norm`` (and ada_layer_norm's layer kind) in fp32 is MIL's own ``layer_norm`` (with gamma/beta inside when they are
+constants, applied after it when they are runtime values: MIL wants them const). The other
+norms, and every norm in fp16, are written out:
 ``mean = reduce_mean(x)``, ``xc = x - mean``, ``var = reduce_mean(xc * xc)`` (the centred
 two-pass variance: no ``E[x²] - E[x]²`` cancellation for data with a large mean),
 ``inv = rsqrt(var + eps)`` (eps folded in by an add, rsqrt's own epsilon set to 0), then the
@@ -120,7 +121,23 @@ def affine(b, y, gamma, beta):
 def _layer_norm(ctx, node, *inputs):
     x, gamma, beta, _ = split_affine(node, inputs)
     axes = range(node.params["axis"], x.type.rank)
+    if x.dtype == DType.f32 and node.inputs[0].id not in ctx.norm_grad_inputs:
+        return native_layer_norm(ctx.b, x, list(axes), node.params["eps"], gamma, beta)
     return affine(ctx.b, normalize(ctx.b, x, list(axes), node.params["eps"]), gamma, beta)
+
+
+def native_layer_norm(b, x, axes, eps, gamma, beta):
+    """fp32: MIL's own ``layer_norm`` (the same centred, biased statistics). Its gamma/beta
+    must be constants: constant ones (an inference export's weights) go inside the op,
+    runtime ones (a training graph's parameters) are applied after it. Not where a backward
+op recomputes the statistics of the same x: written out, the forward's statistics are
+shared with it by MIL CSE, one op fewer than the native op next to the backward's."""
+    g, bt = (b.known(t) if t is not None else None for t in (gamma, beta))
+    inside = (gamma is None or g is not None) and (beta is None or bt is not None)
+    y = b.op("layer_norm", TensorType(x.shape, x.dtype), x=x,
+             axes=np.asarray(sorted(axes), np.int32), epsilon=scalar_like(x, eps),
+             gamma=g if inside else None, beta=bt if inside else None)
+    return y if inside else affine(b, y, gamma, beta)
 
 
 @lowering("rms_norm")
@@ -206,7 +223,11 @@ def _layer_norm2d(ctx, node, *inputs):
 def _ada_layer_norm(ctx, node, x, scale, shift):
     p, b, e = node.params, ctx.b, Ew(ctx.b)
     last = [x.type.rank - 1]
-    n = (normalize if p["kind"] == "layer" else rms_normalize)(b, x, last, p["eps"])
+    if p["kind"] == "layer" and x.dtype == DType.f32 and \
+            node.inputs[0].id not in ctx.norm_grad_inputs:
+        n = native_layer_norm(b, x, last, p["eps"], None, None)
+    else:
+        n = (normalize if p["kind"] == "layer" else rms_normalize)(b, x, last, p["eps"])
     one_plus = e.binary("add", scale, scalar_like(scale, 1))  # on the (small) scale tensor
     return e.binary("add", e.binary("mul", n, one_plus), shift)
 

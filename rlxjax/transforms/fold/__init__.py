@@ -41,6 +41,7 @@ from . import elementwise, indexing, linear, reduction, shape  # noqa: F401  (re
 from . import special  # noqa: F401  (register)
 from . import linalg  # noqa: F401  (register)
 from . import bitwise  # noqa: F401
+from . import activation, attention  # noqa: F401  (register)
 
 FOLD_MAX_GROWTH = 256
 

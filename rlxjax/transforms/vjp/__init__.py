@@ -1,6 +1,7 @@
 """VJP rules, one module per op family; importing registers them."""
 from . import elementwise, linear, reduction, shape  # noqa: F401
 from . import norm  # noqa: F401
+from . import activation, attention  # noqa: F401
 from . import indexing  # noqa: F401
 from . import pool  # noqa: F401
 from . import conv  # noqa: F401

@@ -1,0 +1,19 @@
+"""VJP rule: fused attention emits attention_grad (rlxjax/ir/attention.py), asking only for
+the gradients ``needs`` wants; the probabilities are recomputed there from q, k and the
+mask."""
+from __future__ import annotations
+
+from .norm import emit
+from .registry import refuse_vjp, vjp_rule
+
+
+@vjp_rule("attention")
+def _attention(ctx, node, cts, needs):
+    (ct,), p = cts, node.params
+    roles = ["dq", "dk", "dv"] + (["dmask"] if p["has_mask"] else [])
+    return emit(ctx, "attention_grad", [*node.inputs, ct], roles, needs,
+                scale=p["scale"], has_mask=p["has_mask"])
+
+
+refuse_vjp("second-order derivatives through fused attention are not supported (its "
+           "backward op has no VJP rule)", "attention_grad")
