@@ -21,7 +21,7 @@ from hypothesis import given, settings, strategies as st
 from scipy import stats
 
 import rlxjax
-from helpers import TEST_BACKEND
+from helpers import TEST_BACKEND, assert_tracks_noise_band, loss_windows
 from rlxjax.errors import ArgumentError, UnsupportedPrimitiveError
 from rlxjax.runtime.reference import seed_fresh_draws
 
@@ -191,17 +191,6 @@ def test_gradients_reuse_the_forward_draw():
 
 
 # -- training ------------------------------------------------------------------------------
-def _band(curves):
-    """Per window: JAX's mean loss over runs with different keys, +- 4 run-to-run sd
-    (and at least 10% of the mean: few runs underestimate the spread)."""
-    m = curves.mean(0)
-    return m, np.maximum(4 * curves.std(0), 0.1 * m)
-
-
-def _windows(losses, w=10):
-    return np.asarray(losses).reshape(-1, w).mean(1)
-
-
 def _tracks_jax(loss, params, batch, n_steps=60, runs=4):
     optax = pytest.importorskip("optax")
     opt = optax.adam(1e-2)
@@ -217,19 +206,18 @@ def _tracks_jax(loss, params, batch, n_steps=60, runs=4):
         for key in jax.random.split(jax.random.key(seed), n_steps):
             p, s, v = jax_step(p, s, key)
             out.append(float(v))
-        return _windows(out)
+        return loss_windows(out, 10)
 
     step = rlxjax.coreml_train_step(loss, opt, backend=TEST_BACKEND, random="device")
-    mean, tol = _band(np.stack([jax_curve(100 + r) for r in range(runs)]))
+    ours = []
     for r in range(runs):
         seed_fresh_draws(r)
         state, out = step.init(params), []
         for key in jax.random.split(jax.random.key(r), n_steps):
             state, v = step(state, *batch, key)
             out.append(float(v))
-        ours = _windows(out)
-        assert (np.abs(ours - mean) <= tol).all(), (ours, mean, tol)
-        assert ours[-1] < 0.5 * ours[0]  # and it trains
+        ours.append(loss_windows(out, 10))
+    assert_tracks_noise_band(ours, [jax_curve(100 + r) for r in range(runs)])
     assert "random_bernoulli" in step.last_compiled.op_histogram()
 
 

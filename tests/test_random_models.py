@@ -10,8 +10,8 @@ them all. Oracles: JAX + optax (``jax.jit`` of ``jax.value_and_grad``) on the sa
 20 steps equal to rtol 1e-4; in the default mode the deterministic model (dead
 randomness) equals ``jax.jit`` and the training one is an error naming the draw.
 
-The modes are a parameter (``RANDOM_MODES``) so that other modes (``"device"``: the same
-distributions, not JAX's numbers) can join with their own oracle.
+The modes are a parameter (``RANDOM_MODES``); ``"device"`` (the same distributions, not
+JAX's numbers) has its own oracles in test_random_models_device.py.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ optax = pytest.importorskip("optax")
 eqx = pytest.importorskip("equinox")
 
 F32 = np.float32
-RANDOM_MODES = ["inputs"]   # "device" joins when it exists (its oracle: loss curves)
+RANDOM_MODES = ["inputs"]   # "device": test_random_models_device.py (its own oracles)
 STEPS = 20
 
 
@@ -156,8 +156,9 @@ class NnxMLP(nnx.Module):
         return self.l2(self.drop(nnx.relu(self.l1(x)), deterministic=not train))
 
 
-def nnx_mlp() -> Case:
-    graphdef, params, rng_state = nnx.split(NnxMLP(nnx.Rngs(0, dropout=40)), nnx.Param,
+def nnx_mlp(dropout_seed: int = 40) -> Case:
+    graphdef, params, rng_state = nnx.split(NnxMLP(nnx.Rngs(0, dropout=dropout_seed)),
+                                            nnx.Param,
                                             nnx.RngState)
     x, y = _data(5, 8, 6), _data(6, 8, 2)
 
