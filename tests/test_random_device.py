@@ -275,30 +275,43 @@ def test_reference_seeding_is_reproducible_and_advances():
     assert (a != b).all()
 
 
-def test_what_cannot_be_split_is_refused_in_device_mode_too():
-    def loop(x, k):
+def test_draws_inside_a_scan_are_one_stacked_device_draw():
+    def loop(x, k):  # a key carried and split each step (nn.RNN's dropout)
         def body(c, _):
             x, k = c
             k, sub = jax.random.split(k)
             return (x + jax.random.normal(sub, x.shape), k), None
         return jax.lax.scan(body, (x, k), None, length=3)[0][0]
 
-    # (random='inputs' splits such a scan in two, random_scan.py; the device draw inside
-    # the host scan is refused, naming the loop)
+    x = np.zeros((N,), F32)
+    compiled = _jit(loop).lower(x, jax.random.key(0)).compile()
+    compiled.validate()
+    hist = compiled.op_histogram()
+    assert hist["random_normal"] == 1 and hist["while_loop"] == 1  # [3, N] before the loop
+    meta = json.loads(compiled.spec.description.metadata.userDefined["rlxjax.random"])
+    assert [(d["op"], d["shape"]) for d in meta["draws"]] == [("random_normal", [3, N])]
+    _ks(compiled(x, jax.random.key(0)), loop(x, jax.random.key(1)), stats.norm(0, np.sqrt(3)))
+
+    def keys_as_xs(x, k):  # keys split before the loop, drawn from inside it
+        return x + jax.lax.scan(lambda c, k: (c, jax.random.normal(k, (500,))), 0,
+                                jax.random.split(k, 20), reverse=True)[1]
+
+    x = np.zeros((20, 500), F32)
+    got = _jit(keys_as_xs)(x, jax.random.key(0))
+    _ks(got, keys_as_xs(x, jax.random.key(1)), stats.norm())
+    assert abs(np.corrcoef(got[:-1].ravel(), got[1:].ravel())[0, 1]) < 5 / np.sqrt(got.size)
+
+
+def test_a_scan_carrying_draws_is_refused_and_vmapped_draws_are_made():
+    def walk(x, k):  # a random walk: its steps' draws are needed in order
+        k1, k2 = jax.random.split(k)
+        body = lambda c, k: (c + jax.random.normal(k, c.shape), c)  # noqa: E731
+        return x + jax.lax.scan(body, jax.random.normal(k1, (3,)), jax.random.split(k2, 4))[1]
+
     with pytest.raises(UnsupportedPrimitiveError, match=r"^random='device': jax\.random\."
-                       r"normal at .*test_random_device.*inside 'scan'"):
-        _jit(loop).lower(np.zeros((3,), F32), jax.random.key(0))
-
-
-def test_draws_in_a_key_only_loop_are_refused_and_vmapped_draws_are_made():
-    def loop(x, k):
-        return x + jax.lax.scan(lambda c, k: (c, jax.random.normal(k, (3,))), 0,
-                                jax.random.split(k, 8))[1]
-
-    x = np.zeros((8, 3), F32)
-    with pytest.raises(UnsupportedPrimitiveError, match=r"^random='device': jax\.random\."
-                       r"normal at .*test_random_device.* draws inside 'scan'"):
-        _jit(loop).lower(x, jax.random.key(0))
+                       r"normal at .*test_random_device.*inside 'scan' and carries a value "
+                       r"computed from draws.*random='inputs'"):
+        _jit(walk).lower(np.zeros((4, 3), F32), jax.random.key(0))
 
     def vmapped(x, k):
         return x + jax.vmap(lambda k: jax.random.normal(k, (50,)))(jax.random.split(k, 400))
