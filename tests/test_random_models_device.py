@@ -31,6 +31,7 @@ optax = pytest.importorskip("optax")
 
 #: the Core ML random ops each model's training loss draws with
 RANDOM_OPS = {"linen_cnn": {"random_bernoulli"}, "vae": {"random_normal"}, "linen_rnn": set(),
+              "linen_rnn_dropout": {"random_bernoulli"},  # [steps, ...] before the loop
               "nnx": {"random_bernoulli"}, "equinox": {"random_bernoulli"},
               "seq2seq": {"random_uniform"}}  # categorical: JAX's Gumbel on a device uniform
 K = 24            # calls / keys per mean
