@@ -161,3 +161,25 @@ def at_source(source_info):
     """A context in which newly bound equations record ``source_info``'s traceback (the
     user's line), as a re-traced equation does (random_device.py's draws)."""
     return _source_info_util.user_context(source_info.traceback)
+
+
+# -- symbolic dimensions (jax.export shape polymorphism) ---------------------------------
+def is_symbolic_dim(d) -> bool:
+    """Whether ``d`` (a dim of an aval or an equation parameter) is a symbolic expression
+    (``jax.export.symbolic_shape``) rather than a concrete int."""
+    return jax.export.is_symbolic_dim(d)
+
+
+def symbolic_bounds(d):
+    """(lower, upper) bounds of symbolic dim ``d`` under its scope's constraints (upper
+    ``math.inf`` when unbounded), as JAX's own shape checks decide them."""
+    from jax._src.export import shape_poly as _sp
+
+    return _sp._bounds_decision(d, _sp.BoundsPrecision.BEST)
+
+
+#: what JAX raises when a symbolic dim is used where a constant is needed (int(b), b < 3)
+try:  # public from jax 0.9
+    InconclusiveDimensionOperation = jax.errors.InconclusiveDimensionOperation
+except AttributeError:  # jax 0.8
+    from jax._src.core import InconclusiveDimensionOperation  # noqa: F401

@@ -15,6 +15,7 @@ from .coreml.lower import IOSpec, lower_graph, sanitize
 from .coreml.package import save_mlpackage
 from .coreml.targets import get_target
 from .coreml.validate import validate_model
+from . import flexible
 from .errors import ArgumentError, ZeroSizeError
 from .frontend import Traced, arg_names, trace
 from .frontend.zerosize import EMPTY_IO_KEY, interleave
@@ -146,12 +147,15 @@ class Compiled:
             if i in self._traced.u32_leaves:  # a counter / index: carried as int32
                 arrays.append(_u32_as_i32(spec, leaf, got_shape, got_dtype))
                 continue
-            if got_shape != spec.shape or got_dtype != spec.dtype:
+            if got_dtype != spec.dtype or (got_shape != spec.shape and not (
+                    spec.flexible and flexible.fits(spec, got_shape))):
                 raise ArgumentError(
                     f"argument '{spec.name}' is {got_dtype}{list(got_shape)}, but the program "
                     f"was compiled for {spec.dtype}{list(spec.shape)}; pass that shape and dtype, "
                     "or call the coreml_jit function itself (it compiles once per signature)")
             arrays.append(_canonical(leaf))
+        if any(s.flexible for s in self.input_specs):  # sizes in range, one per symbol
+            flexible.check_sizes(self.input_specs, [a.shape for a in arrays])
         return arrays
 
     def __call__(self, *args, state=None):
@@ -301,6 +305,8 @@ class Lowered:
             if hasattr(self._traced.host, "payload"):  # random="device": mode and draws
                 rows = self._traced.host.payload(rows)
             model.description.metadata.userDefined[RANDOM_METADATA_KEY] = json.dumps(rows)
+        if getattr(self, "enumerated", None):  # flexible= with listed sizes
+            ins = flexible.describe_enumerated(model, ins, self.enumerated, self.target)
         describe_empty_io(model, self._traced, ins, outs)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
@@ -310,8 +316,9 @@ class CoreMLFunction:
     """What ``coreml_jit`` returns: call it like the JAX function, or ``.lower(*args)``."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int], target: str,
-                 precision: str, backend, random: Optional[str] = None):
+                 precision: str, backend, random: Optional[str] = None, flexible=None):
         self.fun = fun
+        self.flexible = flexible  # {argument name or position: {axis: (lower, upper)}}
         self.static_argnums = tuple(sorted({int(i) for i in (
             static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))}))
         get_target(target)  # fail early on an unknown target
@@ -356,12 +363,21 @@ class CoreMLFunction:
         specs = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
             else x, list(dyn))
+        enumerated = {}
+        if self.flexible:  # named axes -> symbolic dims (rlxjax/flexible.py)
+            specs, enumerated = self._flexible_structs(specs, len(args))
         traced = trace(positional, specs, self._names(len(args)), random=self.random)
         pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
-        return Lowered(traced, self.target, self.precision, self.backend,
-                       states=self._states(args))
+        lowered = Lowered(traced, self.target, self.precision, self.backend,
+                          states=self._states(args))
+        lowered.enumerated = enumerated  # flexible= sizes listed: Core ML enumerated shapes
+        return lowered
+
+    def _flexible_structs(self, dyn, n_args):
+        names = flexible.by_name(self.flexible, arg_names(self.fun, n_args))
+        return flexible.symbolic_structs(dyn, self._names(n_args), names)
 
     def _transform(self, traced: Traced, args) -> Traced:
         """Hook for wrappers that rewrite the traced graph (coreml_grad)."""
@@ -375,7 +391,12 @@ class CoreMLFunction:
     def _key(self, args):
         static, dyn = self._split(args)
         leaves, treedef = jax.tree_util.tree_flatten(dyn)
-        sig = tuple(_leaf_sig(x) for x in leaves)
+        if self.flexible:  # one program for every size of the flexible axes
+            sig = flexible.cache_key(self._flexible_structs(jax.tree_util.tree_map(
+                lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
+                jax.ShapeDtypeStruct(*_struct(x)), list(dyn)), len(args))[0])
+        else:
+            sig = tuple(_leaf_sig(x) for x in leaves)
         try:
             hash(tuple(static.items()))
         except TypeError:
@@ -403,7 +424,7 @@ def _struct(x):
 
 def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = "iOS17",
                precision: str = "fp32", backend: str | None = None,
-               random: str | None = None):
+               random: str | None = None, flexible: dict | None = None):
     """Compile ``fun`` into a Core ML ML Program, like ``jax.jit``.
 
     Returns a callable that compiles once per input signature and runs on ``backend``
@@ -418,10 +439,17 @@ def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = 
     ``random="device"`` makes every live draw a Core ML random op instead (the same
     distribution, Core ML's numbers, fresh on each call; the key is checked and ignored;
     frontend/random_device.py).
+
+    ``flexible``: axes whose size may change between calls of one program (Core ML
+    flexible inputs, docs/flexible.md): ``{argument name or position: {axis: (lower,
+    upper)}}`` (upper None: unbounded), e.g. ``flexible={"x": {0: (1, 64)}}``. Axes given
+    the same bounds share one size. ``.lower()`` also takes ``jax.ShapeDtypeStruct``s with
+    ``jax.export.symbolic_shape`` dims for the same effect.
     """
     if fun is None:
         return lambda f: coreml_jit(f, static_argnums=static_argnums, target=target,
-                                    precision=precision, backend=backend, random=random)
+                                    precision=precision, backend=backend, random=random,
+                                    flexible=flexible)
     if not callable(fun):
         raise ArgumentError(f"coreml_jit expects a callable, got {type(fun).__name__}")
-    return CoreMLFunction(fun, static_argnums, target, precision, backend, random)
+    return CoreMLFunction(fun, static_argnums, target, precision, backend, random, flexible)

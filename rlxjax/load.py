@@ -18,6 +18,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from . import flexible
 from .api import _canonical
 from .coreml.lower import IOSpec
 from .coreml.package import MLPACKAGE_SUFFIX, PackageError
@@ -151,19 +152,26 @@ def _rlxjax_specs(model) -> Tuple[Optional[Tuple[IOSpec, ...]], Optional[Tuple[I
 
         def specs(rows):
             return tuple(IOSpec(name=str(r["name"]), mil_name=str(r["mil_name"]),
-                                shape=tuple(int(d) for d in r["shape"]), dtype=str(r["dtype"]),
-                                io_shape=tuple(int(d) for d in r["io_shape"]),
-                                io_dtype=str(r["io_dtype"])) for r in rows)
+                                shape=_dims(r["shape"]), dtype=str(r["dtype"]),
+                                io_shape=_dims(r["io_shape"]), io_dtype=str(r["io_dtype"]),
+                                bounds=tuple(tuple(b) if b else None
+                                             for b in r.get("bounds", ()))) for r in rows)
 
         ins, outs = specs(io["inputs"]), specs(io["outputs"])
         for s in ins + outs:
             np.dtype(s.dtype), np.dtype(s.io_dtype)  # noqa: B018 - validates the names
-            if int(np.prod(s.shape, dtype=np.int64)) != int(np.prod(s.io_shape, dtype=np.int64)):
+            if not s.flexible and (int(np.prod(s.shape, dtype=np.int64))
+                                   != int(np.prod(s.io_shape, dtype=np.int64))):
                 raise ValueError(f"'{s.name}': shape {s.shape} vs io_shape {s.io_shape}")
     except (ValueError, KeyError, TypeError) as e:
         raise PackageError(f"the package's rlxjax.io metadata is malformed "
                            f"({type(e).__name__}: {e})") from None
     return ins, outs
+
+
+def _dims(dims) -> tuple:
+    """A shape from the metadata: ints, and flexible dims by name (docs/flexible.md)."""
+    return tuple(d if isinstance(d, str) else int(d) for d in dims)
 
 
 def _empty_io(model, n_in: int, n_out: int):
@@ -212,7 +220,8 @@ def to_io(spec: IOSpec, x) -> np.ndarray:
     """A JAX-side argument -> the feature value Core ML is fed (python scalars and 64-bit
     arrays canonicalized as ``Compiled.__call__`` does)."""
     arr = _canonical(x)
-    if tuple(arr.shape) != spec.shape or arr.dtype.name != spec.dtype:
+    if arr.dtype.name != spec.dtype or (tuple(arr.shape) != spec.shape and not (
+            spec.flexible and flexible.fits(spec, arr.shape))):
         raise ArgumentError(
             f"input '{spec.mil_name}' is {arr.dtype.name}{list(arr.shape)}, but the program "
             f"takes {spec.dtype}{list(spec.shape)}")
@@ -306,7 +315,11 @@ class LoadedModel:
                 if not e.matches(arr):
                     raise ArgumentError(f"input '{name}' is {arr.dtype.name}{list(arr.shape)}, "
                                         f"but the program takes {e.dtype}{list(e.shape)}")
-            return {s.mil_name: to_io(s, given[s.mil_name]) for s in self.input_specs}
+            feeds = {s.mil_name: to_io(s, given[s.mil_name]) for s in self.input_specs}
+            if any(s.flexible for s in self.input_specs):  # sizes in range, one per symbol
+                flexible.check_sizes(self.input_specs,
+                                     [feeds[s.mil_name].shape for s in self.input_specs])
+            return feeds
         feeds = {}
         for name, v in given.items():
             arr = np.asarray(v)

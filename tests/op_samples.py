@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlxjax.ir import DType, Graph, TensorType
+from rlxjax.ir import DType, Dyn, Graph, TensorType
 from rlxjax.ir.bitwise import BIT_COUNTS, SHIFTS
 from rlxjax.ir.ops import ARITH_BINARY, COMPARE, FLOAT_UNARY, LOGIC_BINARY, NUMERIC_UNARY
 from rlxjax.ir.special import SPECIAL_BINARY, SPECIAL_TERNARY, SPECIAL_UNARY
@@ -89,6 +89,8 @@ _OTHER = {
     "bernoulli": ([], {"shape": (2, 3), "dtype": F32, "prob": 0.5, "seed": 0}),
     "random_uniform": ([], {"shape": (2, 3), "dtype": F32, "low": -1.0, "high": 2.0, "seed": 0}),
     "random_normal": ([], {"shape": (2, 3), "dtype": F32, "mean": 0.0, "std": 1.0, "seed": 0}),
+    # (compressed schemes: tests/test_compress.py lowers each on every target it claims)
+    "weight": ([], {"value": np.ones((2, 3), np.float32), "name": "w", "scheme": "none"}),
 }
 _SPECIAL = {
     **{n: ([_t(2, 3)], {}) for n in SPECIAL_UNARY},
@@ -149,6 +151,11 @@ def sample(op: str) -> Graph:
         x = g.add_input("x", _t(2, 3))
         g.add_output("y", g.add("add", x, g.constant(np.ones((2, 3), np.float32))))
         return g
+    if op == "dim_size":  # the runtime size of a flexible input's dim (docs/flexible.md)
+        x = g.add_input("x", TensorType((Dyn("b", (1, 8)), 3), DType.f32))
+        g.add_output("y", g.add("dim_size", dim="3*b + 1"))
+        g.add_output("x", x)
+        return g
     in_types, params = _control(op) if op in CONTROL else SAMPLED[op]
     xs = [g.add_input(f"x{i}", t) for i, t in enumerate(in_types)] or [g.add_input("x", _t(2))]
     node = g.add_node(op, xs if in_types else [], params)
@@ -160,4 +167,4 @@ def sample(op: str) -> Graph:
 
 
 def sampled_ops():
-    return sorted(set(SAMPLED) | set(CONTROL) | {"constant"})
+    return sorted(set(SAMPLED) | set(CONTROL) | {"constant", "dim_size"})

@@ -147,8 +147,9 @@ def _ir_parse():
 TRIGGERS = {  # class name -> (callable(tmp_path), regex the message must match)
     "RlxError": (lambda tmp: _bad_backend(), "unknown backend"),
     "UnsupportedPrimitiveError": (lambda tmp: _ref(lambda a: jnp.fft.rfft(a).real)(X), "fft"),
-    "DynamicShapeError": (lambda tmp: _ref(lambda a: a * 2).lower(jax.ShapeDtypeStruct(
-        jax.export.symbolic_shape("n, 3"), jnp.float32)).compile(), "dynamic dimension"),
+    "DynamicShapeError": (lambda tmp: _ref(lambda a: jnp.concatenate([a, a])).lower(
+        jax.ShapeDtypeStruct(jax.export.symbolic_shape("n, 3"), jnp.float32)).compile(),
+        "flexible dimension 'n'"),
     "UnsupportedDTypeError": (lambda tmp: _ref(lambda k: k)(jax.random.PRNGKey(0)), "uint32"),
     "ZeroSizeError": (lambda tmp: _ref(lambda a: a[:0]).lower(X).compile().save(
         os.path.join(str(tmp), "z.mlpackage")), "zero-size"),

@@ -261,3 +261,52 @@ def test_output_aliasing_a_state_write_is_refused():
         check_no_output_aliases_state_write("f", block)
     block.outputs[:] = ["w"]
     check_no_output_aliases_state_write("f", block)
+
+
+@pytest.mark.parametrize("mode", ["mlstate", "io"])
+def test_trainable_step_predicts_with_its_frozen_compressed_base(mode, tmp_path):
+    """A trainable= step on an int8 base: predict bakes the same (compressed) frozen weights,
+    stored once, and computes JAX's fn on the trained head over the dequantised base."""
+    rng = np.random.default_rng(1)
+    params = {"body": {"w": rng.standard_normal((4, 32)).astype(np.float32) * 0.5},
+              "head": {"w": rng.standard_normal((32, 7)).astype(np.float32) * 0.2,
+                       "b": np.zeros(7, np.float32)}}
+
+    def fn(p, x):
+        return jnp.tanh(x @ p["body"]["w"]) @ p["head"]["w"] + p["head"]["b"]
+
+    def loss2(p, x, y):
+        return jnp.mean((fn(p, x) - y) ** 2)
+
+    step = rlxjax.coreml_train_step(loss2, optax.adam(1e-2), state=mode, target="iOS18",
+                                    trainable={"body": False, "head": True}, compress="int8")
+    st = step.init(params, X, Y)
+    for _ in range(3):
+        st, _ = step(st, X, Y)
+    path = step.save(tmp_path / "m.mlpackage", predict=(fn, XQ))
+    want = np.asarray(fn(step.params(st), XQ))
+    m = rlxjax.load(path, function="predict")
+    if mode == "mlstate":
+        folder = step.export_state(st, tmp_path / "state")
+        state = m.make_state()
+        for row in json.load(open(os.path.join(folder, "state.json")))["states"]:
+            state.write_state(row["name"], np.fromfile(os.path.join(folder, row["name"] + ".f16"),
+                                                       "<f2"))
+        got = m(XQ, state=state)["out"]
+    else:
+        head = {f"params_head_{k}": np.asarray(v) for k, v in st.params["head"].items()}
+        assert {f.name for f in m.spec.description.input} == set(head) | {"x"}
+        got = m(x=XQ, **head)["out"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # the int8 body is one constexpr payload both functions read at the same offset
+    spec = _spec(path)
+    offsets = {}
+    for name, f in spec.mlProgram.functions.items():
+        for op in f.block_specializations[f.opset].operations:
+            if op.type.startswith("constexpr_"):
+                for arg in op.inputs.values():
+                    for b in arg.arguments:
+                        if b.WhichOneof("binding") == "value" and \
+                                b.value.WhichOneof("value") == "blobFileValue":
+                            offsets.setdefault(name, set()).add(b.value.blobFileValue.offset)
+    assert offsets["train_step"] and offsets["train_step"] == offsets["predict"]

@@ -36,6 +36,7 @@ _PROTO_DTYPE = {
     DType.i8: MIL_pb2.INT8,
     DType.u8: MIL_pb2.UINT8,
 }
+_SUB_BYTE = {"int4": MIL_pb2.INT4, "uint4": MIL_pb2.UINT4}
 # int8 / uint8: MIL's cast takes them from iOS17; only the iOS26 program boundary casts to
 # int8 (inside, rlxjax carries them as int32: coreml/smallint.py).
 _MIL_CAST_NAME = {DType.f32: "fp32", DType.f16: "fp16", DType.i32: "int32", DType.bool: "bool",
@@ -180,6 +181,37 @@ class MilBuilder:
             return self._blob.write_uint8_data(flat)
         raise TypeError(f"no blob encoding for {arr.dtype}")
 
+    def constexpr(self, type: str, out_type: TensorType, values: dict,
+                  as_attributes: bool) -> Var:
+        """Append a Core ML ``constexpr_*`` op (decompressed when the model loads) whose
+        parameters are the constant ``values`` (name -> array, str, or ``(array, "int4" |
+        "uint4")`` for sub-byte data, always stored in the weight file). As coremltools
+        serialises them: attributes before iOS18 (``as_attributes``), value-bound inputs
+        from iOS18."""
+        vals = {k: self._constexpr_value(v) for k, v in values.items()}
+        var = Var(self.fresh(type), out_type, None)
+        op = _Op(type, {} if as_attributes else vals, [var], vals if as_attributes else {})
+        var.producer = op
+        self._root.append(op)
+        return var
+
+    def _constexpr_value(self, v) -> MIL_pb2.Value:
+        if isinstance(v, str):
+            return scalar_value(v)
+        if isinstance(v, tuple):  # sub-byte data
+            arr, kind = v
+            if self._blob is None:
+                self._blob = self._blob_writer_factory()
+            flat = np.ascontiguousarray(arr).reshape(-1)
+            offset = (self._blob.write_int4_data(flat.astype(np.int8)) if kind == "int4"
+                      else self._blob.write_uint4_data(flat.astype(np.uint8)))
+            return blob_file_value(f"@model_path/weights/{WEIGHT_FILE}", offset, arr.shape,
+                                   _SUB_BYTE[kind])
+        arr = np.asarray(v)
+        if arr.dtype == np.uint32:  # (lut_to_dense's shape: no blob encoding, small)
+            return tensor_value(arr)
+        return self._const_value(arr, TensorType(arr.shape, _dtype_of(arr)))
+
     def close_blob(self) -> None:
         self._blob = None  # the writer flushes on destruction
 
@@ -269,7 +301,9 @@ def _write_ops(ops: List[_Op], block: MIL_pb2.Block) -> None:
 def _write_op(op: _Op, p: MIL_pb2.Operation) -> None:
     for k, v in op.inputs.items():  # each a binding by name: a var, or a list of vars
         add = p.inputs[k].arguments.add
-        if isinstance(v, list):
+        if isinstance(v, MIL_pb2.Value):  # a value-bound input (iOS18 constexpr ops)
+            add(value=v)
+        elif isinstance(v, list):
             for x in v:
                 add(name=x.name)
         else:

@@ -11,7 +11,9 @@ alone (any package, not only rlxjax's):
 - bytes read / written: the sizes of every tensor an op reads and writes (no caching).
 - ops inside ``cond`` / ``while_loop`` blocks are counted once (``depth`` > 0): a loop's trip
   count is a runtime value.
-- weight bytes: the size of every constant.
+- weight bytes: the size of every constant, and of the payloads of ``constexpr_*`` ops
+  (compressed weights, decompressed at load: their attributes / value-bound inputs, sub-byte
+  data packed).
 """
 from __future__ import annotations
 
@@ -56,6 +58,25 @@ def _nbytes(t) -> int:
         return 0
     shape, dtype = t
     return int(np.prod(shape, dtype=np.int64)) * _DTYPE_BYTES.get(dtype, 4)
+
+
+_SUB_BYTE_BITS = {"INT4": 4, "UINT4": 4, "UINT1": 1, "UINT2": 2, "UINT3": 3, "UINT6": 6}
+
+
+def _payload_bytes(op) -> int:
+    """Bytes of a ``constexpr_*`` op's constant parameters (attributes before iOS18,
+    value-bound inputs from iOS18)."""
+    values = [v for k, v in op.attributes.items() if k != "name"]
+    values += [b.value for arg in op.inputs.values() for b in arg.arguments
+               if b.WhichOneof("binding") == "value"]
+    total = 0
+    for v in values:
+        t = _tensor(v.type)
+        if t is None:
+            continue
+        bits = _SUB_BYTE_BITS.get(t[1])
+        total += _nbytes(t) if bits is None else (_numel(t) * bits + 7) // 8
+    return total
 
 
 def _numel(t) -> int:
@@ -133,6 +154,9 @@ def analyse(spec, function: str = "main") -> dict:
         types.update((o.name, t) for o, t in zip(op.outputs, outs))
         row = _const_row(op, outs[0], consts) if op.type == "const" else \
             _op_row(op, outs, types, consts)
+        if op.type.startswith("constexpr_"):  # a weight decompressed at load: no compute
+            row.update(flops=0, bytes_read=0, bytes_written=0,
+                       weight_bytes=_payload_bytes(op))
         row["depth"] = site.depth
         rows.append(row)
     non_const = [r for r in rows if r["type"] != "const"]

@@ -24,6 +24,7 @@ from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
 from ..ir.ops import OPS
 from .states import describe_states, state_input, write_state
+from .symbolic import FlexDims, describe_flexible, lower_flexible
 from .targets import INT8_IO, Target
 
 PRECISIONS = ("fp32", "fp16")
@@ -39,15 +40,24 @@ class IOSpec:
     dtype: str         # the JAX-side dtype (numpy name)
     io_shape: Tuple[int, ...]  # what Core ML sees (rank >= 1)
     io_dtype: str      # 'float32', 'int32' or (from iOS26) 'int8'
+    # a flexible input (docs/flexible.md): per dim (lower, upper) bounds of a symbolic dim
+    # (its name a str in shape), None for a static one; () for static inputs and outputs
+    bounds: tuple = ()
+
+    @property
+    def flexible(self) -> bool:
+        return any(isinstance(d, str) for d in self.shape)
 
     def to_feature(self, arr: np.ndarray) -> np.ndarray:
         """A JAX-side value of this input (shape/dtype already checked) -> what Core ML
         is fed: rank >= 1, bool as int32."""
-        return np.asarray(arr, dtype=self.io_dtype).reshape(self.io_shape)
+        arr = np.asarray(arr, dtype=self.io_dtype)
+        return arr if self.flexible else arr.reshape(self.io_shape)
 
     def from_feature(self, y) -> np.ndarray:
         """A Core ML output feature -> the JAX-side value."""
-        return np.asarray(y).reshape(self.shape).astype(self.dtype, copy=False)
+        y = np.asarray(y)
+        return (y if self.flexible else y.reshape(self.shape)).astype(self.dtype, copy=False)
 
 
 _IO_FIELDS = tuple(f.name for f in fields(IOSpec))
@@ -85,6 +95,7 @@ class LowerContext:
         self.b = builder
         self.target = target
         self.precision = precision
+        self.flex = None  # a program with flexible inputs: symbolic.FlexDims
 
     def dt(self, d: DType) -> DType:
         """The MIL dtype the program computes values of RLX dtype ``d`` in."""
@@ -102,12 +113,16 @@ class LowerContext:
     def lower_nodes(self, nodes, env: dict) -> None:
         """Lower ``nodes`` in order into the builder's current block; ``env`` maps RLX
         value ids to MIL vars and receives the nodes' outputs."""
+        flex = self.flex
         for node in nodes:
             opdef = OPS.get(node.op)
             fn = opdef.impls.get("lower") if opdef is not None else None
             if fn is None:
                 raise self.unsupported(node, "no Core ML lowering for this RLX op")
-            outs = fn(self, node, *[env[v.id] for v in node.inputs])
+            if flex is not None and not all(v.type.is_static for v in node.outputs + node.inputs):
+                outs = lower_flexible(self, node, fn, [env[v.id] for v in node.inputs])
+            else:
+                outs = fn(self, node, *[env[v.id] for v in node.inputs])
             outs = outs if isinstance(outs, tuple) else (outs,)
             for i, (v, mv) in enumerate(zip(node.outputs, outs)):
                 want = self.out_type(node, i)
@@ -155,11 +170,12 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     if precision not in PRECISIONS:
         raise RlxError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     verify(graph)
-    _check_static(graph)
     import os
 
     b = MilBuilder(lambda: blob_writer(os.path.join(weights_dir, "weight.bin")))
     ctx = LowerContext(b, target, precision)
+    if not all(v.type.is_static for _, v in graph.inputs):  # flexible inputs
+        ctx.flex = FlexDims(b)
     env = {}
 
     mil_names = _unique([sanitize(n) for n, _ in graph.inputs] +
@@ -179,10 +195,14 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
             continue
         spec, var = _lower_input(ctx, name, mil_name, v.type)
         b.reserve(mil_name)
+        if ctx.flex is not None:
+            ctx.flex.add_input(var, v.type)
         fn_inputs.append(MIL_pb2.NamedValueType(name=mil_name, type=value_type(var.type)))
         in_specs.append(spec)
         env[v.id] = _from_io(ctx, var, v.type)
 
+    if ctx.flex is not None:
+        ctx.flex.emit_symbols()
     ctx.lower_nodes(graph.nodes, env)
 
     out_specs, block_outputs, renamed, writes = [], [], set(), []
@@ -192,8 +212,8 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
             continue
         var = _to_io(ctx, env[v.id], v.type.dtype, mil_name, renamed)
         block_outputs.append(var.name)
-        out_specs.append(IOSpec(name, mil_name, tuple(v.type.shape), v.type.dtype.np.name,
-                                tuple(var.type.shape), var.type.dtype.np.name))
+        out_specs.append(IOSpec(name, mil_name, _named(v.type.shape), v.type.dtype.np.name,
+                                _named(var.type.shape), var.type.dtype.np.name))
     if state_vars or len(state_specs) != len(states):
         raise RlxError(f"internal: states {states} do not pair graph inputs with outputs")
     for state_var, value in writes:  # after everything else: each read sees the old value
@@ -208,9 +228,16 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
 
 def _lower_input(ctx, name, mil_name, t: TensorType):
     io_t = TensorType(t.shape if t.rank else (1,), _io_dtype(t.dtype, ctx.target))
-    spec = IOSpec(name, mil_name, tuple(t.shape), t.dtype.np.name, tuple(io_t.shape),
-                  io_t.dtype.np.name)
+    bounds = () if t.is_static else tuple(d.bounds or (1, -1) if isinstance(d, Dyn) else None
+                                          for d in t.shape)
+    spec = IOSpec(name, mil_name, _named(t.shape), t.dtype.np.name, _named(io_t.shape),
+                  io_t.dtype.np.name, bounds)
     return spec, Var(mil_name, io_t, None)
+
+
+def _named(shape) -> tuple:
+    """A shape for an IOSpec: a flexible dim by its name."""
+    return tuple(d.name if isinstance(d, Dyn) else d for d in shape)
 
 
 def _from_io(ctx, var: Var, t: TensorType) -> Var:
@@ -255,9 +282,13 @@ _ARRAY_DTYPE = {"float32": FeatureTypes_pb2.ArrayFeatureType.FLOAT32,
 
 
 def _feature(spec: IOSpec) -> Model_pb2.FeatureDescription:
-    arr = FeatureTypes_pb2.ArrayFeatureType(
-        shape=list(spec.io_shape),
-        dataType=_ARRAY_DTYPE[spec.io_dtype])
+    if spec.flexible:
+        arr = FeatureTypes_pb2.ArrayFeatureType(dataType=_ARRAY_DTYPE[spec.io_dtype])
+        describe_flexible(arr, spec.io_shape, spec.bounds or None)
+    else:
+        arr = FeatureTypes_pb2.ArrayFeatureType(
+            shape=list(spec.io_shape),
+            dataType=_ARRAY_DTYPE[spec.io_dtype])
     return Model_pb2.FeatureDescription(name=spec.mil_name, shortDescription=spec.name,
                                         type=FeatureTypes_pb2.FeatureType(multiArrayType=arr))
 
@@ -265,7 +296,10 @@ def _feature(spec: IOSpec) -> Model_pb2.FeatureDescription:
 def _plain(spec: IOSpec) -> dict:
     """``dataclasses.asdict(spec)`` without its deep copy (the fields are strings and int
     tuples; a gradient program has an output per parameter)."""
-    return {f: getattr(spec, f) for f in _IO_FIELDS}
+    row = {f: getattr(spec, f) for f in _IO_FIELDS}
+    if not row["bounds"]:  # a static input or an output: as before flexible inputs existed
+        del row["bounds"]
+    return row
 
 
 def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Model_pb2.Model:

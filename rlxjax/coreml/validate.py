@@ -33,8 +33,11 @@ def validate_model(model, weights_dir: str):
         if var is None:
             raise ValidationError(f"declared output {feat.name} is not a program output")
         arr = feat.type.multiArrayType
-        shape = tuple(int(d) for d in var.shape)
-        if shape != tuple(arr.shape) or var.dtype != _ARRAY_DTYPES.get(arr.dataType):
+        if not all(isinstance(d, int) for d in var.shape):  # flexible (docs/flexible.md)
+            shape, want = _flexible_shapes(var.shape, arr)
+        else:
+            shape, want = tuple(int(d) for d in var.shape), tuple(arr.shape)
+        if shape != want or var.dtype != _ARRAY_DTYPES.get(arr.dataType):
             raise ValidationError(
                 f"output {feat.name}: program gives {var.dtype.__name__}{list(shape)}, "
                 f"description declares {list(arr.shape)} type {arr.dataType}")
@@ -43,3 +46,13 @@ def validate_model(model, weights_dir: str):
         if feat.name not in inputs:
             raise ValidationError(f"declared input {feat.name} is not a function input")
     return prog
+
+
+def _flexible_shapes(shape, arr):
+    """(program's, declared) shape of an output with symbolic dims in the loader's
+    inference: a flexible output declares no shape (rank only, by the program); a static
+    one, each dim the loader could not prove is taken as declared."""
+    if not arr.shape:
+        return tuple(shape), tuple(shape)
+    got = tuple(int(d) if isinstance(d, int) else w for d, w in zip(shape, arr.shape))
+    return got + tuple(shape[len(arr.shape):]), tuple(arr.shape)

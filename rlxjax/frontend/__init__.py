@@ -9,9 +9,9 @@ import jax
 import numpy as np
 
 from ..ir import Graph, TensorType, verify
-from ..errors import DynamicShapeError, UnsupportedDTypeError, ZeroSizeError
+from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import random_device, random_inputs, randomness, uint32
+from . import random_device, random_inputs, randomness, symbolic, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
@@ -93,25 +93,6 @@ class Traced:
         return out
 
 
-def _refuse_symbolic_dims(dyn_args, names) -> None:
-    """Symbolic dimensions (``jax.export.symbolic_shape``, shape polymorphism) enter
-    through the inputs; a Core ML program here has static shapes, so refuse them there,
-    naming the input, before any op meets one."""
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tuple(dyn_args))[0]:
-        shape = getattr(leaf, "shape", None)
-        if shape is None:
-            continue
-        dyn = [str(d) for d in shape if not isinstance(d, (int, np.integer))]
-        if dyn:
-            name = path_name(names[path[0].idx], path[1:])
-            dtype = getattr(leaf, "dtype", "?")
-            raise DynamicShapeError(
-                f"input '{name}' has dynamic dimension(s) {', '.join(dyn)} ({dtype}"
-                f"{list(map(str, shape))}): Core ML programs here need static shapes. Call "
-                "the function with concrete arrays (coreml_jit compiles and caches one "
-                "program per input shape), or lower one program per shape you need.")
-
-
 def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
           random: Optional[str] = None) -> Traced:
     """Trace ``fun(*dyn_args)`` and translate it to a verified RLX graph.
@@ -120,7 +101,7 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
     ``random``: None (live randomness is an error), "inputs" (random_inputs.py) or
     "device" (random_device.py).
     """
-    _refuse_symbolic_dims(dyn_args, names)
+    sym_bounds = symbolic.input_dims(dyn_args, names, path_name)  # flexible inputs
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
@@ -146,6 +127,8 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
             t = aval_type(var.aval, carry_u32=carried)
         except UnsupportedDTypeError as e:
             raise UnsupportedDTypeError(f"argument '{name}': {e}") from None
+        if sym_bounds:  # a symbolic input dim carries its bounds (docs/flexible.md)
+            t = t.with_shape(symbolic.input_type_dims(var.aval.shape, sym_bounds))
         if is_empty_type(t):
             if leaf is None:
                 raise ZeroSizeError(f"random='inputs': the host value {name} has zero size "

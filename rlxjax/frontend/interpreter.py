@@ -14,7 +14,7 @@ from .. import _jax_compat as jc
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Dyn, Graph, TensorType, Value, dtype_from_numpy
 from ..ir.builder import Builder
-from . import uint32, zerosize
+from . import symbolic, uint32, zerosize
 from .registry import RULES
 from .rules.random import reject_prng_key
 
@@ -108,6 +108,7 @@ class Lowering(Builder):
         self.source, self.primitive = own or saved[0], name
         try:
             inputs = [read(a) for a in eqn.invars]
+            eqn = symbolic.plain_params(eqn)  # symbolic dims (jax.export) -> ir.Dyn
             fn = RULES.get(name)
 
             def run():
@@ -115,8 +116,13 @@ class Lowering(Builder):
                     raise self.unsupported()
                 return fn(self, eqn, *inputs)
 
-            out = zerosize.fold(self, eqn, inputs, run)  # zero-size values: folded away
-            out = run() if out is None else out
+            try:
+                out = zerosize.fold(self, eqn, inputs, run)  # zero-size values: folded away
+                out = run() if out is None else out
+            except (TypeError, ValueError, jc.InconclusiveDimensionOperation) as e:
+                # a rule met a symbolic dim it cannot take
+                symbolic.refuse_if_symbolic(self, eqn, inputs, e)
+                raise
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             self._check_outputs(eqn, outs)
             if any(uint32.is_u32(v.aval) for v in eqn.outvars):

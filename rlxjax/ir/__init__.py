@@ -11,6 +11,8 @@ from . import control as _control_ops  # noqa: F401  (registers the region-carry
 from . import special as _special_ops  # noqa: F401  (registers the special functions)
 from . import linalg as _linalg_ops  # noqa: F401  (registers the linalg family)
 from . import bitwise as _bitwise_ops  # noqa: F401  (shifts, bit counts, reduce_precision)
+from . import weight as _weight_ops  # noqa: F401  (frozen, possibly compressed weights)
+from . import symbolic as _symbolic_ops  # noqa: F401  (dim_size: flexible shapes)
 from .ops import OPS, IRTypeError, OpDef, broadcast_shapes, infer_types
 from .verify import GraphVerificationError, verify
 from .printer import format_graph

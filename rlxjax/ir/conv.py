@@ -36,8 +36,9 @@ def _conv(ts, p):
     x, w = ts
     _require(x.dtype == w.dtype and x.dtype != DType.bool, f"conv: operands {x} and {w}")
     _require(x.rank == w.rank and x.rank >= 2, f"conv: ranks of {x} and {w} differ or < 2")
-    _require(not any(isinstance(d, Dyn) for d in tuple(x.shape) + tuple(w.shape)),
-             f"conv needs static shapes, got {x} and {w}")
+    # a flexible batch (docs/flexible.md) is the one dynamic dim a convolution takes
+    _require(not any(isinstance(d, Dyn) for d in tuple(x.shape[1:]) + tuple(w.shape)),
+             f"conv needs static shapes but a flexible batch, got {x} and {w}")
     ns = x.rank - 2
     for name in ("strides", "padding", "lhs_dilation", "rhs_dilation"):
         _require(len(p[name]) == ns, f"conv: {name} {p[name]} for {ns} spatial dims")
@@ -51,7 +52,9 @@ def _conv(ts, p):
     _require(c % fg == 0 and ci * fg == c, f"conv: {c} input channels, {fg} feature groups, "
              f"kernel input dim {ci}")
     _require(o % fg == 0, f"conv: {o} output channels not divisible by {fg} feature groups")
-    _require(n % bg == 0 and o % bg == 0,
+    if isinstance(n, Dyn):
+        _require(bg == 1, f"conv: batch_groups {bg} over the flexible batch {n}")
+    _require((isinstance(n, Dyn) or n % bg == 0) and o % bg == 0,
              f"conv: batch {n} / output channels {o} not divisible by {bg} batch groups")
     out = conv_out_spatial(x.shape[2:], w.shape[2:], p)
-    return [TensorType((n // bg, o, *out), x.dtype)]
+    return [TensorType((n if bg == 1 else n // bg, o, *out), x.dtype)]

@@ -383,7 +383,7 @@ def _concatenate(ts, p):
 
 
 @defop("slice", "shape", 1,
-       params={"start": Param(INTS), "limit": Param(INTS), "strides": Param(INTS)})
+       params={"start": Param(INTS), "limit": Param(DIMS), "strides": Param(INTS)})
 def _slice(ts, p):
     (t,) = ts
     start, limit, strides = p["start"], p["limit"], p["strides"]
@@ -391,6 +391,11 @@ def _slice(ts, p):
         raise IRTypeError(f"slice params vs {t}")
     out = []
     for s, l, st, d in zip(start, limit, strides, t.shape):
+        if isinstance(l, Dyn) or isinstance(d, Dyn):  # a flexible axis: only taken whole
+            if not (s == 0 and l == d and st == 1):
+                raise IRTypeError(f"slice [{s}:{l}:{st}] of flexible dim {d}: only whole")
+            out.append(d)
+            continue
         if not (0 <= s <= l <= d and st >= 1):
             raise IRTypeError(f"slice [{s}:{l}:{st}] out of range for dim {d}")
         out.append(max(0, -(-(l - s) // st)))
@@ -436,6 +441,10 @@ def _pad(ts, p):
     out = []
     for (lo, hi, interior), d in zip(cfg, x.shape):
         _require(interior >= 0, f"negative interior padding {interior}")
+        if isinstance(d, Dyn):  # a flexible axis (docs/flexible.md): left as it is
+            _require(lo == hi == interior == 0, f"pad {cfg} of the flexible dim {d} of {x}")
+            out.append(d)
+            continue
         n = lo + hi + d + max(0, d - 1) * interior
         _require(n >= 0, f"pad config {cfg} gives a negative size for {x}")
         out.append(n)

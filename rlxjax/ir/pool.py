@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .ops import _require, defop
 from .schema import INTS, Param, one_of
-from .types import DType, TensorType
+from .types import Dyn, DType, TensorType
 
 WINDOW_REDUCTIONS = ("reduce_window_max", "reduce_window_min", "reduce_window_sum")
 SELECTS = ("ge", "le")
@@ -35,6 +35,10 @@ def window_out_shape(shape, window, strides, dilation):
     for n, k, s, d in zip(shape, window, strides, dilation):
         _require(k >= 1 and s >= 1 and d >= 1, f"bad window ({k}, stride {s}, dilation {d})")
         span = (k - 1) * d + 1
+        if isinstance(n, Dyn):  # a flexible axis (docs/flexible.md): windows of one only
+            _require(k == s == 1, f"window {k} / stride {s} over the flexible dim {n}")
+            out.append(n)
+            continue
         _require(n >= span, f"window of span {span} does not fit a dim of size {n}")
         out.append((n - span) // s + 1)
     return tuple(out)

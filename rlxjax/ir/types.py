@@ -8,8 +8,8 @@ from __future__ import annotations
 import enum
 import functools
 import math
-from dataclasses import dataclass
-from typing import Tuple, Union
+from dataclasses import dataclass, field
+from typing import Optional, Tuple, Union
 
 import numpy as np
 
@@ -75,9 +75,13 @@ def dtype_from_numpy(dt) -> DType:
 
 @dataclass(frozen=True)
 class Dyn:
-    """A dimension whose size is unknown at compile time."""
+    """A dimension whose size is unknown at compile time: ``name`` is a symbol ('b') or an
+    expression of symbols in JAX's syntax ('64*b'), and dims of one name have one size.
+    ``bounds`` (lower, upper; upper -1 when unbounded) is what a program input's dim may
+    take (docs/flexible.md); it takes no part in equality."""
 
     name: str = "?"
+    bounds: Optional[Tuple[int, int]] = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         return self.name

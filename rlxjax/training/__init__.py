@@ -7,12 +7,15 @@
 * ``step.py``       ``coreml_train_step`` / ``TrainStep``: the host runtime (init, step, fit)
 * ``checkpoint.py`` checkpoints and ``export_state`` files (written through rlxjax/atomic.py)
 * ``progress.py``   the progress bar of ``fit`` (tqdm)
-* ``export.py``     ``export_inference``
 * ``multifunction.py`` ``step.save(path, predict=...)``: train_step + predict in one package
 * ``params_io.py``  ``export_params`` / ``load_params``: parameters as safetensors
+* ``export.py``     ``export_inference`` (``compressed_export.py``: with ``compress=``)
+* ``trainable.py``  ``trainable=`` / ``compress=``: a masked subset trained on a frozen base
+* ``frozen.py``     the frozen / trainable split and the baking of frozen leaves as weights
 """
 from .export import export_inference
 from .state import TrainState
 from .step import TrainStep, coreml_train_step
+from . import trainable as _trainable  # noqa: F401  (registers the masked step)
 
 __all__ = ["coreml_train_step", "TrainStep", "TrainState", "export_inference"]

@@ -15,10 +15,20 @@ def numpy_tree(tree):
 
 
 def export_inference(fn: Callable, params, *example_inputs, path=None, target: str = "iOS17",
-                     precision: str = "fp32", backend=None):
+                     precision: str = "fp32", backend=None, compress=None):
     """Compile ``fn(params, *inputs)`` for inference with ``params`` baked in as weights
     (trained parameters become constants in the weight blob). Returns the ``Compiled``
-    program; writes the ``.mlpackage`` too when ``path`` is given."""
+    program; writes the ``.mlpackage`` too when ``path`` is given.
+
+    ``compress`` (``"fp16"``, ``"int8"``, ``"int4"``, ``"palettize4"``, ``"palettize8"``)
+    stores each compressible parameter compressed (rlxjax/coreml/compress.py); the program
+    computes with the dequantised values, and ``compiled.compression`` reports bytes and
+    errors per parameter."""
+    if compress is not None:
+        from .compressed_export import export_compressed
+
+        return export_compressed(fn, params, example_inputs, path=path, target=target,
+                                 precision=precision, backend=backend, compress=compress)
     frozen = numpy_tree(params)
 
     def infer(*inputs):

@@ -13,6 +13,9 @@ functions, ``train_step`` (the default) and ``predict`` = ``fn(params, *inputs)`
   under the very feature names ``train_step`` takes them (``params_Dense_0_kernel``...),
   so an app feeds it the ``new_param`` outputs of its latest step (the layout's ``feeds``
   names them), then ``fn``'s other arguments.
+* ``trainable=`` steps: the frozen leaves are baked into ``predict`` as the same ``weight``
+  nodes (compressed alike) the train step computes with; only the trained leaves come from
+  the states or inputs.
 
 Constants both functions use are stored once (the merge deduplicates the weight blobs by
 content). Each function's ``rlxjax.*`` metadata (inputs, outputs, states; ``rlxjax.train``
@@ -37,6 +40,7 @@ from ..frontend import Traced, arg_names
 from ..frontend.interpreter import Lowering
 from ..ir import DType, TensorType, verify
 from ..transforms.rewrite import dce, substitute
+from .frozen import bake_weights
 from .mlstate import F32_PIECES, Layout, decode_f32
 
 TRAIN_FUNCTION, PREDICT_FUNCTION = "train_step", "predict"
@@ -47,16 +51,27 @@ class PredictFunction(CoreMLFunction):
     """``fn(params, *inputs)`` compiled as the ``predict`` function of a training
     package: params as inputs (io) or decoded from the training states (mlstate)."""
 
-    def __init__(self, fn: Callable, layout, *, target: str, backend):
+    def __init__(self, fn: Callable, layout, *, target: str, backend, split=None):
+        user = fn
+        if split is not None:  # trainable=: the frozen leaves are the train step's weights
+            def fn(frozen, params, *inputs):
+                return user(split.merge(params, frozen), *inputs)
+
+            fn.__name__ = getattr(user, "__name__", PREDICT_FUNCTION)
         super().__init__(fn, static_argnums=(), target=target, precision="fp32",
                          backend=backend)
         self.layout = layout  # the train program's TrainLayout
+        self.user_fn, self.split = user, split
 
     def _names(self, n_args):
         # params features are named as the train step names them ('params.Dense_0.kernel')
-        return ["params"] + arg_names(self.fun, n_args)[1:]
+        lead = ["params"] if self.split is None else ["frozen", "params"]
+        return lead + arg_names(self.user_fn, n_args - len(lead) + 1)[1:]
 
     def _transform(self, traced: Traced, args) -> Traced:
+        if self.split is not None:  # the same weight nodes (so the merge stores them once)
+            traced = bake_weights(traced, len(self.split.values), self.split.weights, args[1:])
+            args = args[1:]
         if self.layout.mode != "mlstate":
             return traced
         return _params_from_states(traced, args[0], self.layout.tensors)
@@ -127,8 +142,11 @@ def compile_predict(step, program, fn: Callable, example_inputs):
     if not callable(fn):
         raise ArgumentError(f"predict=(fn, *example_inputs): fn must be callable, got "
                             f"{type(fn).__name__}")
-    pf = PredictFunction(fn, program.layout, target=step.target, backend=step.backend)
-    compiled = pf.lower(_params_structs(program), *example_inputs).compile()
+    split = getattr(step, "split", None)  # a trainable= step: its frozen leaves
+    pf = PredictFunction(fn, program.layout, target=step.target, backend=step.backend,
+                         split=split)
+    lead = () if split is None else (list(split.values),)
+    compiled = pf.lower(*lead, _params_structs(program), *example_inputs).compile()
     layout = program.layout
     meta = {"state": layout.mode, "params": "states" if layout.mode == "mlstate" else "inputs"}
     if layout.mode == "mlstate":  # where the params live in the states it reads

@@ -29,6 +29,11 @@ from .progress import progress_bar
 from .state import DeviceState, TrainState
 
 
+#: the TrainStep subclass of ``trainable=`` / ``compress=`` (training/trainable.py appends it
+#: when the package is imported; a registration, so that this module does not import it)
+MASKED_STEP: List[type] = []
+
+
 class TrainStep(CoreMLFunction):
     """What ``coreml_train_step`` returns."""
 
@@ -82,7 +87,8 @@ class TrainStep(CoreMLFunction):
                 jax.tree_util.tree_map(leaf_struct, (state.params, state.opt_state))
             args = tuple(structs) + tuple(batch)
             leaves, tree = jax.tree_util.tree_flatten(structs)
-            key = (tree, tuple((x.shape, x.dtype.name) for x in leaves), self._key(batch))
+            key = (tree, tuple((x.shape, x.dtype.name) for x in leaves),
+                   self._key(args) if self.flexible else self._key(batch))
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = compile_program(
@@ -216,7 +222,7 @@ def _refuse_rng_state(params) -> None:
 
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
                       precision: str = "fp32", has_aux: bool = False, backend=None,
-                      random=None):
+                      random=None, trainable=None, compress=None, flexible=None):
     """One Core ML program = forward + backward + ``optimizer`` update (optax).
 
     ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
@@ -228,6 +234,16 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     (dropout) are computed on the host from the keys in the batch and fed as program
     inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
     ``random="device"``: the draws are Core ML random ops, fresh on every step.
+
+    ``trainable``: which leaves of ``params`` are trained - a pytree of bools shaped like
+    ``params`` or a prefix of it, or a callable ``(path, leaf) -> bool``; the others are
+    frozen into the program as weights, stored compressed with ``compress`` (``"fp16"``,
+    ``"int8"``, ``"int4"``, ``"palettize4"``, ``"palettize8"``). See
+    rlxjax/training/trainable.py and rlxjax/coreml/compress.py.
+    ``flexible``: batch axes whose size may change between steps of one program, by the
+    loss's argument names, e.g. ``{"x": {0: (1, 256)}, "y": {0: (1, 256)}}`` (same bounds:
+    one size; see ``coreml_jit`` and docs/flexible.md). Parameters and optimizer state
+    stay static.
     """
     if state == "mlstate":
         target = "iOS18" if target is None else target
@@ -236,5 +252,14 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     if precision != "fp32":
         raise ArgumentError("training steps compute in fp32 (precision='fp32'): fp16 "
                             "gradients and optimizer moments lose the updates")
-    return TrainStep(loss, optimizer, state=state, has_aux=has_aux, static_argnums=(),
-                     target=target, precision=precision, backend=backend, random=random)
+    if flexible and {"params", "opt_state", 0, 1} & set(flexible):
+        raise ArgumentError("flexible= names batch arguments only: parameters and optimizer "
+                            "state keep their shapes (a Core ML state cannot be flexible)")
+    options = dict(state=state, has_aux=has_aux, static_argnums=(), target=target,
+                   precision=precision, backend=backend, random=random, flexible=flexible)
+    if trainable is None and compress is None:
+        return TrainStep(loss, optimizer, **options)
+    from .frozen import check_split_options
+
+    check_split_options(trainable, compress, target)
+    return MASKED_STEP[0](loss, optimizer, trainable=trainable, compress=compress, **options)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import RlxError, UnsupportedPrimitiveError
+from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
 from ..ir import Graph, TensorType, Value, verify
 from ..ir.builder import Builder
 from . import vjp  # noqa: F401  (registers the rules)
@@ -115,7 +115,15 @@ def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]]
             raise UnsupportedPrimitiveError(node.op, node.source,
                                             "rlxjax has no gradient rule for this op yet")
         with ctx.at(node.source):
-            in_cts = rule(ctx, node, out_cts, needs)
+            try:
+                in_cts = rule(ctx, node, out_cts, needs)
+            except (TypeError, ValueError) as e:  # a rule met a flexible dim (docs/flexible.md)
+                if all(v.type.is_static for v in node.inputs + node.outputs):
+                    raise
+                raise DynamicShapeError(
+                    f"the gradient of {node.op} at {node.source} does not support its "
+                    f"flexible dimension ({', '.join(map(str, (v.type for v in node.inputs)))})"
+                    f": {e}. Keep that axis static (docs/flexible.md).") from None
             for v, c, need in zip(node.inputs, in_cts, needs):
                 if c is None or not need:
                     continue

@@ -22,9 +22,10 @@ from _crosscheck import CHECKED
 from rlxjax.runtime.reference.ops import OPS
 from test_reference_ops import OPS_WITHOUT_VALUE_INFERENCE
 import test_reference_shape_ops  # noqa: F401  (fills CHECKED with its cross-checked ops)
+import test_reference_constexpr  # noqa: F401  (fills CHECKED: weights decompressed at load)
 
 COREML = os.path.join(os.path.dirname(rlxjax.__file__), "coreml")
-EMITTERS = {"op", "unary", "binary", "compare", "op_with_blocks", "_Op"}
+EMITTERS = {"op", "unary", "binary", "compare", "op_with_blocks", "_Op", "constexpr"}
 
 #: emitted ops that are not single-op value computations, so coremltools' value_inference
 #: has nothing to say about them: reason and the tests that check them instead.
@@ -43,6 +44,7 @@ CHECKED_OTHERWISE = {
 def _computed_sites():
     """(module file, enclosing function) -> set of op types that site can emit."""
     from rlxjax.coreml.registry import LOWERINGS
+    from rlxjax.coreml import symbolic
     from rlxjax.coreml.rules import elementwise as ew, pool, reduction
 
     def registered(fn):
@@ -59,11 +61,13 @@ def _computed_sites():
         ("rules/reduction.py", "_arg"): {"reduce_" + op for op in registered(reduction._arg)},
         ("rules/pool.py", "_reduce_window"): set(pool._COMBINE.values()),
         ("rules/pool.py", "_choose"): set(pool._SELECT.values()),
+        ("symbolic.py", "arith"): set(symbolic._ARITH.values()),  # flexible dim expressions
     }
 
 
 #: forwarding helpers whose type argument is their caller's (callers are scanned)
 FORWARDERS = {("builder.py", "op"), ("builder.py", "op_with_blocks"),
+              ("builder.py", "constexpr"),
               ("rules/elementwise.py", "unary"), ("rules/elementwise.py", "binary"),
               ("rules/elementwise.py", "compare"), ("rules/bitwise.py", "unary"),
               ("rules/bitwise.py", "binary"), ("rules/bitwise.py", "compare")}

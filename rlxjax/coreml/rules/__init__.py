@@ -13,3 +13,4 @@ from . import special_igamma  # noqa: F401
 from . import linalg, linalg_svd  # noqa: F401
 from . import bitwise  # noqa: F401
 from . import convert  # noqa: F401
+from . import constexpr  # noqa: F401  (frozen weights, compressed)

@@ -60,7 +60,8 @@ def pad_edges(b, x, pads, value):
     float tensors only; other dtypes get constant blocks concatenated on each side."""
     if all(lo == 0 and hi == 0 for lo, hi in pads):
         return x
-    shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, pads))
+    shape = tuple(d if lo == hi == 0 else d + lo + hi  # (an unpadded axis may be flexible)
+                  for d, (lo, hi) in zip(x.shape, pads))
     if not x.dtype.is_float:
         for axis, (lo, hi) in enumerate(pads):
             parts = []

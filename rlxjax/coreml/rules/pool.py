@@ -21,7 +21,7 @@ import itertools
 
 import numpy as np
 
-from ...ir import DType, TensorType
+from ...ir import DType, Dyn, TensorType
 from ...ir.pool import window_out_shape
 from ..registry import lowering
 from .elementwise import Ew
@@ -35,12 +35,16 @@ _SELECT = {"ge": "greater_equal", "le": "less_equal"}
 def _tap(b, x, offsets, out_shape, strides):
     """x[o_a + i*s_a for i < n_out_a, per axis a] (a strided slice)."""
     begin = tuple(int(o) for o in offsets)
-    end = tuple(o + (n - 1) * s + 1 for o, n, s in zip(begin, out_shape, strides))
-    if begin == (0,) * len(begin) and end == tuple(x.shape) and set(strides) <= {1}:
+    flex = [isinstance(n, Dyn) for n in out_shape]  # a flexible axis, taken whole
+    end = tuple(0 if f else o + (n - 1) * s + 1
+                for o, n, s, f in zip(begin, out_shape, strides, flex))
+    if begin == (0,) * len(begin) and set(strides) <= {1} and all(
+            f or e == n for e, n, f in zip(end, x.shape, flex)):
         return x
+    mask = {"end_mask": np.asarray(flex, bool)} if any(flex) else {}
     return b.op("slice_by_index", TensorType(tuple(out_shape), x.dtype), x=x,
                 begin=np.asarray(begin, np.int32), end=np.asarray(end, np.int32),
-                stride=np.asarray(strides, np.int32))
+                stride=np.asarray(strides, np.int32), **mask)
 
 
 @lowering(*_COMBINE)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir import Dyn
 from ..registry import rule
 
 
@@ -83,7 +84,7 @@ def _split(ctx, eqn, x):
 @rule("slice")
 def _slice(ctx, eqn, x):
     start = tuple(int(s) for s in eqn.params["start_indices"])
-    limit = tuple(int(s) for s in eqn.params["limit_indices"])
+    limit = tuple(s if isinstance(s, Dyn) else int(s) for s in eqn.params["limit_indices"])
     strides = eqn.params["strides"]
     strides = tuple(int(s) for s in strides) if strides is not None else (1,) * len(start)
     if start == (0,) * len(start) and limit == x.shape and set(strides) <= {1}:

@@ -126,6 +126,20 @@ class ReferenceProgram:
         # op's first execution only. Inputs with unknown dims: checked on every execution.
         self.check_always = any(shape is None or None in shape
                                 for _, shape in self.input_signatures.values())
+        #: input name -> per dim (lower, upper) of the model description's shapeRange
+        #: (upper -1: unbounded), for flexible inputs (Core ML RangeDim)
+        self.input_ranges = {
+            f.name: tuple((r.lowerBound, r.upperBound)
+                          for r in f.type.multiArrayType.shapeRange.sizeRanges)
+            for f in model.description.input
+            if f.type.WhichOneof("Type") == "multiArrayType"
+            and f.type.multiArrayType.shapeRange.sizeRanges}
+        #: input name -> the shapes it may take (Core ML enumerated shapes)
+        self.input_shapes = {
+            f.name: {tuple(e.shape) for e in f.type.multiArrayType.enumeratedShapes.shapes}
+            for f in model.description.input
+            if f.type.WhichOneof("Type") == "multiArrayType"
+            and f.type.multiArrayType.enumeratedShapes.shapes}
         #: name -> value of every const op (bound before each run; never written)
         self.constants = {}
         #: name -> declared (dtype, shape) of every tensor value: inputs, states, op outputs
@@ -166,6 +180,9 @@ class ReferenceProgram:
                 self._load_const(where, op, outputs[0], out_sigs[0], blobs)
                 known.add(outputs[0])
                 return None
+            if op.type.startswith("constexpr_"):  # evaluated once, here: a const value
+                self._load_constexpr(where, op, impl, outputs, out_sigs, known, blobs)
+                return None
             inputs = tuple(self._bind(param, arg, op.type, known, blobs)
                            for param, arg in op.inputs.items())
         except (ValueDecodeError, ReferenceRuntimeError) as e:
@@ -188,6 +205,33 @@ class ReferenceProgram:
         self.constants[name] = value
         if sig is not None:
             self.signatures[name] = sig
+
+    def _load_constexpr(self, where, op, impl, outputs, out_sigs, known, blobs):
+        """A ``constexpr_*`` op: its parameters are attributes (before iOS18) or inputs
+        bound to values or to other constexpr results (iOS18); its outputs are constants."""
+        args = {k: decode_value(v, blobs) for k, v in op.attributes.items() if k != "name"}
+        for param, arg in op.inputs.items():
+            b = self._bind(param, arg, op.type, known, blobs)
+            if b[1] == NAME:
+                if b[2] not in self.constants:
+                    raise ValueDecodeError(f"input '{param}' is not a constant")
+                args[param] = self.constants[b[2]]
+            elif b[1] == CONST:
+                args[param] = b[2]
+            else:
+                raise ValueDecodeError(f"input '{param}' binds {len(b[2])} values")
+        try:
+            with np.errstate(all="ignore"):
+                values = impl(args)
+        except (KeyError, TypeError, ValueError, NotImplementedError) as e:
+            raise ValueDecodeError(f"cannot decompress: {type(e).__name__}: {e}") from None
+        for name, value, sig in zip(outputs, values, out_sigs):
+            value.setflags(write=False)
+            self._check_output(where, name, value, sig)
+            self.constants[name] = value
+            if sig is not None:
+                self.signatures[name] = sig
+            known.add(name)
 
     @staticmethod
     def _bind(param, arg, op_type, known, blobs):
@@ -262,6 +306,18 @@ class ReferenceProgram:
             if not _shape_ok(v.shape, shape):
                 raise ReferenceRuntimeError(
                     f"input '{name}' has shape {v.shape}, expected {_fmt_shape(shape)}")
+            ranges = self.input_ranges.get(name)
+            if ranges is not None and len(ranges) == v.ndim and any(
+                    s < lo or (hi >= 0 and s > hi) for s, (lo, hi) in zip(v.shape, ranges)):
+                raise ReferenceRuntimeError(
+                    f"input '{name}' has shape {v.shape}, outside the flexible shape range "
+                    f"{[(lo, hi if hi >= 0 else 'unbounded') for lo, hi in ranges]} of the "
+                    "model description (Core ML refuses it too)")
+            shapes = self.input_shapes.get(name)
+            if shapes is not None and tuple(v.shape) not in shapes:
+                raise ReferenceRuntimeError(
+                    f"input '{name}' has shape {v.shape}, not one of the enumerated shapes "
+                    f"{sorted(shapes)} of the model description (Core ML refuses it too)")
             env[name] = v
         return env
 

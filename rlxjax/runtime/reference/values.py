@@ -24,7 +24,8 @@ from ...coreml import ct_private
 
 _DT = MIL_pb2.DataType
 
-#: MIL DataType enum -> numpy dtype. Sub-byte types (int4, uint1...) and fp8 are not supported.
+#: MIL DataType enum -> numpy dtype. Sub-byte types: SUB_BYTE (int4 / uint4 constexpr payloads);
+#: fp8 is not supported.
 MIL_TO_NUMPY = {
     _DT.BOOL: np.dtype(np.bool_),
     _DT.FLOAT16: np.dtype(np.float16),
@@ -50,6 +51,13 @@ _BLOB_READERS = {
     np.dtype(np.uint16): "read_uint16_data",
     np.dtype(np.int32): "read_int32_data",
     np.dtype(np.uint32): "read_uint32_data",
+}
+
+#: sub-byte MIL types of constexpr payloads (iOS18 int4 data, uint4 LUT indices): stored only
+#: in the weight file, packed; decoded one element per byte (dtype, reader, bits).
+SUB_BYTE = {
+    _DT.INT4: (np.dtype(np.int8), "read_int4_data", 4),
+    _DT.UINT4: (np.dtype(np.uint8), "read_uint4_data", 4),
 }
 
 _WEIGHTS_PREFIX = "@model_path/weights/"
@@ -116,7 +124,8 @@ class BlobFiles:
         self.weights_dir = None if weights_dir is None else os.fspath(weights_dir)
         self._readers = {}
 
-    def read(self, file_name: str, offset: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    def read(self, file_name: str, offset: int, dtype: np.dtype, shape: tuple,
+             method: str = None, bits: int = None) -> np.ndarray:
         if self.weights_dir is None:
             raise ValueDecodeError(
                 f"value is stored in blob file {file_name!r} but no weights_dir was given"
@@ -127,12 +136,14 @@ class BlobFiles:
             if not os.path.isfile(path):
                 raise ValueDecodeError(f"weight file {path!r} (from {file_name!r}) does not exist")
             reader = self._readers[path] = ct_private.blob_reader(path)
-        method = _BLOB_READERS.get(dtype)
+        method = method or _BLOB_READERS.get(dtype)
         if method is None:
             raise ValueDecodeError(f"blob values of dtype {dtype} are not supported")
         # The reader trusts the file's blob header (it mmaps the file): check the header
         # against the file size and the declared tensor type before it reads anything.
-        _check_blob(path, int(offset), dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
+        n = int(np.prod(shape, dtype=np.int64))
+        _check_blob(path, int(offset),
+                    dtype.itemsize * n if bits is None else (n * bits + 7) // 8)
         try:
             data = np.asarray(getattr(reader, method)(int(offset)))
         except (ValueError, RuntimeError, IndexError, OverflowError, MemoryError) as e:
@@ -198,6 +209,8 @@ def decode_value(value, blobs: BlobFiles):
     """MIL_pb2.Value -> np.ndarray | str | list (tuple/list values)."""
     which_type = value.type.WhichOneof("type")
     which_val = value.WhichOneof("value")
+    if which_type == "tensorType" and value.type.tensorType.dataType in SUB_BYTE:
+        return _sub_byte(value, blobs)
     if which_type == "tensorType":
         dtype, shape = tensor_signature(value.type)
         if shape is None or any(d is None for d in shape):
@@ -214,3 +227,19 @@ def decode_value(value, blobs: BlobFiles):
         if kind in ("tuple", "list"):
             return [decode_value(v, blobs) for v in getattr(iv, kind).values]
     raise ValueDecodeError(f"unsupported value (type {which_type}, stored as {which_val})")
+
+
+def _sub_byte(value, blobs: BlobFiles) -> np.ndarray:
+    """A sub-byte tensor (int4 / uint4): only as a weight-file value, one element per byte."""
+    tt = value.type.tensorType
+    dtype, method, bits = SUB_BYTE[tt.dataType]
+    shape = []
+    for d in tt.dimensions:
+        if d.WhichOneof("dimension") != "constant":
+            raise ValueDecodeError("sub-byte constant with a non-static shape")
+        shape.append(int(d.constant.size))
+    if value.WhichOneof("value") != "blobFileValue":
+        raise ValueDecodeError(
+            f"{dtype_name(tt.dataType)} value not stored in the weight file")
+    bf = value.blobFileValue
+    return blobs.read(bf.fileName, bf.offset, dtype, tuple(shape), method=method, bits=bits)

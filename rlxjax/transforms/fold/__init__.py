@@ -134,6 +134,8 @@ class _Folder:
         opdef = OPS.get(node.op)
         if opdef is None or not opdef.pure or opdef.regions or not node.inputs:
             return None
+        if not all(v.type.is_static for v in node.outputs):  # a flexible size: runtime
+            return None
         fn = opdef.impl("fold")
         if fn is None or any(v.id not in known for v in node.inputs):
             return None

@@ -7,6 +7,7 @@ JAX's conventions: max/min pooling sends each window's cotangent to the FIRST ma
 """
 from __future__ import annotations
 
+from ...ir import Dyn
 from .registry import vjp_rule
 
 
@@ -21,6 +22,9 @@ def _reduce_window_sum(ctx, node, cts, needs):
     (ct,), (x,), p = cts, node.inputs, node.params
     cfg = []
     for n, n_out, k, s, d in zip(x.shape, ct.shape, p["window"], p["strides"], p["dilation"]):
+        if isinstance(n, Dyn):  # a flexible axis: windows of one (ir/pool.py), nothing to pad
+            cfg.append((0, 0, 0))
+            continue
         cfg.append(((k - 1) * d, n - (n_out - 1) * s - 1, s - 1))
     padded = ct
     if any(c != (0, 0, 0) for c in cfg):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir import Dyn
 from .registry import vjp_rule
 
 
@@ -58,6 +59,9 @@ def _slice(ctx, node, cts, needs):
     (ct,), (x,), p = cts, node.inputs, node.params
     cfg = []
     for s, st, n_out, d in zip(p["start"], p["strides"], ct.shape, x.shape):
+        if isinstance(d, Dyn):  # a flexible axis, sliced whole (docs/flexible.md)
+            cfg.append((0, 0, 0))
+            continue
         last = s + (n_out - 1) * st + 1 if n_out else s
         cfg.append((s, d - last, st - 1 if n_out else 0))
     return [ctx.add("pad", ct, ctx.scalar(0.0, ct), config=tuple(cfg))]

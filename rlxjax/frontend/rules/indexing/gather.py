@@ -34,7 +34,8 @@ def _gather(ctx, eqn, x, idx):
     idx = i32(ctx, idx)
     bshape = tuple(idx.shape[:-1])
     rest = [d for d in range(x.type.rank) if d not in sim and d not in ob]
-    if any(sizes[d] < x.shape[d] for d in rest):  # windows starting at 0 on the other dims
+    # windows starting at 0 on the other dims (a flexible dim's window is the whole dim)
+    if any(sizes[d] != x.shape[d] and sizes[d] < x.shape[d] for d in rest):
         limit = tuple(sizes[d] if d in rest else x.shape[d] for d in range(x.type.rank))
         x = ctx.add("slice", x, start=(0,) * x.type.rank, limit=limit,
                     strides=(1,) * x.type.rank)

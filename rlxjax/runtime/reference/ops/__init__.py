@@ -17,5 +17,6 @@ from . import indexing  # noqa: E402,F401
 from . import conv  # noqa: E402,F401
 from . import random  # noqa: E402,F401
 from . import state  # noqa: E402,F401
+from . import constexpr  # noqa: E402,F401
 
 __all__ = ["OPS", "TUPLE_INPUTS", "WANTS_OUTPUT_DTYPES", "OUTPUT_DTYPES_KEY", "register"]

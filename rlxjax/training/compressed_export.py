@@ -1,0 +1,63 @@
+"""``export_inference(..., compress=)``: an inference program whose parameters are stored
+compressed (rlxjax/coreml/compress.py).
+
+The function is traced with its parameters as inputs (so that each parameter keeps its
+identity), then each parameter input becomes a ``weight`` node (rlxjax/ir/weight.py) that
+the lowering stores with the scheme's constexpr op; nothing computed from a weight is
+constant-folded into a plain fp32 copy.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+import jax
+
+from ..api import CoreMLFunction
+from ..coreml.compress import CompressionReport, check_scheme
+from ..frontend import Traced, arg_names, path_name
+from .frozen import bake_leaf, bake_weights
+
+
+class _Baked(CoreMLFunction):
+    """``fn(params, *inputs)`` traced with the parameter leaves as leading inputs, which
+    ``_transform`` replaces by weight nodes."""
+
+    def __init__(self, fn, treedef, weights, **options):
+        self.weights = weights
+        self.inner = fn
+
+        def baked(leaves, *inputs):
+            return fn(jax.tree_util.tree_unflatten(treedef, leaves), *inputs)
+
+        baked.__name__ = getattr(fn, "__name__", "inference")
+        super().__init__(baked, static_argnums=(), **options)
+
+    def _names(self, n_args):
+        try:
+            inspect.signature(self.inner)
+            names = arg_names(self.inner, n_args)[1:]
+        except (TypeError, ValueError):
+            names = [f"inputs.{i}" for i in range(n_args - 1)]
+        return ["params"] + names
+
+    def _transform(self, traced: Traced, args) -> Traced:
+        return bake_weights(traced, len(self.weights), self.weights, args[1:])
+
+
+def export_compressed(fn: Callable, params, example_inputs, *, path, target, precision,
+                      backend, compress):
+    check_scheme(compress, target)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    values, weights, rows = [], [], []
+    for p, leaf in flat:
+        value, weight, row = bake_leaf(path_name("params", p), leaf, compress)
+        values.append(value)
+        weights.append(weight)
+        rows.append(row)
+    step = _Baked(fn, treedef, weights, target=target, precision=precision, backend=backend)
+    compiled = step.lower(values, *example_inputs).compile()
+    compiled.compression = CompressionReport(compress, tuple(rows))
+    if path is not None:
+        compiled.save(path)
+    return compiled

@@ -1,0 +1,153 @@
+"""The frozen / trainable split of a parameter tree (``trainable=``) and the baking of frozen
+leaves into a traced program as ``weight`` nodes (rlxjax/ir/weight.py), possibly compressed
+(``compress=``, rlxjax/coreml/compress.py). Used by training steps (trainable.py) and by
+``export_inference(compress=)`` (compressed_export.py); see trainable.py for the design."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, List, Optional
+
+import jax
+import numpy as np
+
+from ..coreml.compress import CompressionReport, check_scheme, compress_leaf, leaf_report
+from ..errors import ArgumentError
+from ..frontend import Traced, path_name
+from ..transforms.rewrite import substitute
+from .layout import leaf_struct
+
+
+def check_split_options(trainable, compress, target) -> None:
+    """Refuse ``compress=`` without ``trainable=`` and a scheme the target lacks."""
+    if trainable is None:
+        raise ArgumentError(f"compress={compress!r} stores the frozen parameters compressed: "
+                            "say which leaves are trained with trainable= (a pytree of bools "
+                            "or a callable (path, leaf) -> bool); everything else is frozen")
+    check_scheme(compress, target)
+
+
+def resolve_mask(trainable, params) -> List[bool]:
+    """One bool per leaf of ``params`` (flatten order): True where it is trained."""
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    if callable(trainable) and not isinstance(trainable, (bool, np.bool_)):
+        mask = []
+        for path, leaf in flat:
+            m = trainable(path, leaf)
+            if not isinstance(m, (bool, np.bool_)):
+                raise ArgumentError(
+                    f"trainable({path_name('params', path)!r}, leaf) returned "
+                    f"{type(m).__name__} {m!r}: the callable must return True (train the "
+                    "leaf) or False (freeze it)")
+            mask.append(bool(m))
+    else:
+        try:
+            full = jax.tree.broadcast(trainable, params)
+        except (ValueError, TypeError) as e:
+            raise ArgumentError(
+                "trainable= must be a pytree of bools with the structure of params or a "
+                f"prefix of it (as optax.masked takes), or a callable (path, leaf) -> bool; "
+                f"it does not match params: {e}") from None
+        leaves = jax.tree_util.tree_leaves(full)
+        if len(leaves) != len(flat):
+            raise ArgumentError(f"trainable= gives {len(leaves)} flags for {len(flat)} "
+                                "parameter leaves: use the structure of params or a prefix")
+        mask = []
+        for (path, _), m in zip(flat, leaves):
+            if not isinstance(m, (bool, np.bool_)):
+                raise ArgumentError(
+                    f"trainable= holds {type(m).__name__} {m!r} for "
+                    f"'{path_name('params', path)}': every flag must be True or False")
+            mask.append(bool(m))
+    if not any(mask):
+        raise ArgumentError("trainable= freezes every parameter: nothing is left to train "
+                            "(use rlxjax.export_inference for a program without training)")
+    return mask
+
+
+def bake_leaf(name: str, leaf, compress: Optional[str]):
+    """(the values the program computes with, the params of its weight node, its
+    compression report row) of the frozen leaf ``name``."""
+    arr = np.asarray(leaf)
+    arr = arr.astype(leaf_struct(arr).dtype, copy=False)  # as JAX computes with it
+    if arr.size == 0:
+        raise ArgumentError(f"frozen parameter '{name}' is zero-size: leave it out of params "
+                            "(close over it)")
+    c = compress_leaf(arr, compress) if compress is not None else None
+    value = arr if c is None else c.value
+    weight = dict(value=value, name=name, **(c.params() if c is not None
+                                             else {"scheme": "none"}))
+    return value, weight, leaf_report(name, arr, c)
+
+
+@dataclass
+class FrozenSplit:
+    """The frozen / trainable split of one ``params`` tree."""
+
+    treedef: Any                      # of the whole params tree
+    mask: List[bool]                  # per leaf: trained?
+    names: List[str]                  # per frozen leaf: 'params.Dense_0.kernel'
+    values: List[np.ndarray]          # per frozen leaf: what the program computes with
+    weights: List[dict]               # per frozen leaf: the params of its weight node
+    report: CompressionReport
+
+    @classmethod
+    def of(cls, params, trainable, compress: Optional[str]) -> "FrozenSplit":
+        mask = resolve_mask(trainable, params)
+        flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+        names, values, weights, rows = [], [], [], []
+        for (path, leaf), m in zip(flat, mask):
+            if m:
+                continue
+            name = path_name("params", path)
+            value, weight, row = bake_leaf(name, leaf, compress)
+            names.append(name)
+            values.append(value)
+            weights.append(weight)
+            rows.append(row)
+        return cls(treedef, mask, names, values, weights,
+                   CompressionReport(compress, tuple(rows)))
+
+    def trainable_tree(self, params):
+        """``params`` with every frozen leaf replaced by ``optax.MaskedNode()``."""
+        from optax import MaskedNode
+
+        leaves = jax.tree_util.tree_leaves(params)
+        return jax.tree_util.tree_unflatten(
+            self.treedef, [x if m else MaskedNode() for x, m in zip(leaves, self.mask)])
+
+    def merge(self, trained, frozen: Optional[list] = None):
+        """The whole tree: the leaves of ``trained`` (a trainable tree) where the mask is
+        True, ``frozen`` (default: the values the program computes with) elsewhere."""
+        t_it = iter(jax.tree_util.tree_leaves(trained))
+        f_it = iter(self.values if frozen is None else frozen)
+        return jax.tree_util.tree_unflatten(
+            self.treedef, [next(t_it) if m else next(f_it) for m in self.mask])
+
+
+def bake_weights(traced: Traced, n: int, weights: List[dict], rest_args) -> Traced:
+    """``traced`` with its first ``n`` argument leaves (graph inputs) replaced by weight
+    nodes of ``weights``' params; ``rest_args`` are the remaining arguments."""
+    bad = [i for i in list(traced.dropped) + list(traced.empty_in) if i < n]
+    if bad:
+        raise ArgumentError("a frozen parameter is a PRNG key, a uint32 array or zero-size: "
+                            "pass it in the batch or close over it")
+    g = traced.graph
+    mapping, made = {}, []
+    for (name, v), params in zip(g.inputs[:n], weights):
+        node = g.add_node("weight", [], params)
+        g.nodes.pop()  # (appended) - weights go first
+        if node.output.type != v.type:
+            raise ArgumentError(f"internal: frozen '{params['name']}' is {node.output.type}, "
+                                f"traced as {v.type}")
+        made.append(node)
+        mapping[v.id] = node.output
+    g.nodes = made + g.nodes
+    g.inputs = g.inputs[n:]
+    substitute(g, mapping)
+    return Traced(g, jax.tree_util.tree_structure(tuple(rest_args)), traced.out_tree,
+                  traced.in_types[n:], traced.custom_rules,
+                  empty_in={i - n: e for i, e in traced.empty_in.items()},
+                  empty_out=traced.empty_out,
+                  dropped={i - n: d for i, d in traced.dropped.items()},
+                  host=None if traced.host is None else traced.host.shifted(n),
+                  u32_leaves=frozenset(i - n for i in traced.u32_leaves))

@@ -1,0 +1,113 @@
+"""``coreml_train_step(..., trainable=, compress=)``: train a subset of the parameters on a
+frozen (and possibly compressed) base.
+
+``trainable`` says which leaves of ``params`` are trained: a pytree of bools with the
+structure of ``params`` or a prefix of it (as ``optax.masked`` takes: ``{"base": False,
+"head": True}`` covers every leaf under each key), or a callable ``(path, leaf) -> bool``
+(``path`` as ``jax.tree_util.tree_flatten_with_path`` gives it). A LoRA fine-tune keeps
+its adapters in their own subtree and marks only that one trainable.
+
+The split (``FrozenSplit``):
+
+* the **trainable tree** is ``params`` with every frozen leaf replaced by
+  ``optax.MaskedNode()`` (an empty subtree, as ``optax.masked`` marks what it leaves out):
+  it is what ``TrainState.params`` holds, what the optimizer is initialised with (its state
+  covers the trainable leaves only) and what the program takes and returns (or keeps in
+  its Core ML states);
+* the **frozen leaves** are baked into the program as ``weight`` nodes (rlxjax/ir/weight.py):
+  constants in the weight file - not inputs, not states, not optimizer state. The grad
+  transform differentiates only with respect to the trainable inputs, so no gradient is
+  computed for a frozen leaf (no weight-gradient matmul, no update), while activations'
+  gradients still flow through it. With ``compress=`` each compressible frozen leaf
+  (rlxjax/coreml/compress.py) is stored compressed, and the program computes with its
+  dequantised values; ``step.params(state)`` returns the whole tree with the frozen leaves
+  as the program sees them (``step.frozen_params()`` the dequantised base alone, for a JAX
+  reference).
+
+The frozen values are those of the latest ``step.init(params)``; a new ``init`` replaces
+them (and drops the programs compiled for the old ones).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import jax
+
+from ..coreml.compress import CompressionReport
+from ..errors import ArgumentError
+from ..frontend import Traced
+from .export import numpy_tree
+from .frozen import FrozenSplit, bake_weights, check_split_options
+from .step import MASKED_STEP, TrainStep
+
+
+class MaskedTrainStep(TrainStep):
+    """A training step of the leaves ``trainable`` selects; the rest is baked in (frozen,
+    compressed with ``compress``)."""
+
+    def __init__(self, loss: Callable, optimizer, *, trainable, compress: Optional[str],
+                 **kwargs):
+        super().__init__(loss, optimizer, **kwargs)
+        self.trainable = trainable
+        self.compress = compress
+        self.split: Optional[FrozenSplit] = None
+
+        def masked_step(frozen, params, opt_state, *batch):
+            return loss(self.split.merge(params, frozen), *batch)
+
+        masked_step.__name__ = self.__name__
+        self.fun = masked_step
+
+    def _names(self, n_args):
+        return ["frozen"] + super()._names(n_args - 1)
+
+    def _require_split(self) -> FrozenSplit:
+        if self.split is None:
+            raise ArgumentError("call step.init(params) first: trainable= splits the "
+                                "parameters given to init")
+        return self.split
+
+    def lower(self, *args, **kwargs):
+        """``step.lower(trainable_params, opt_state, *batch)``; the frozen leaves of the
+        latest ``init`` are baked in."""
+        return super().lower(list(self._require_split().values), *args, **kwargs)
+
+    def _transform(self, traced: Traced, args) -> Traced:
+        split = self._require_split()
+        baked = bake_weights(traced, len(split.values), split.weights, args[1:])
+        return super()._transform(baked, args[1:])
+
+    def _states(self, args):
+        return super()._states(args[1:])
+
+    def init(self, params, *example_batch):
+        """The initial TrainState of the trainable leaves of ``params`` (the others are
+        frozen into the program: see rlxjax/training/trainable.py)."""
+        params = numpy_tree(params)
+        self.split = FrozenSplit.of(params, self.trainable, self.compress)
+        self._programs.clear()
+        self._latest = None
+        return super().init(self.split.trainable_tree(params), *example_batch)
+
+    def params(self, state):
+        """The whole parameter tree: the trained leaves of ``state`` and the frozen ones as
+        the program computes with them (dequantised when compressed)."""
+        return jax.tree_util.tree_map(jax.numpy.asarray,
+                                      self._require_split().merge(state.params))
+
+    def frozen_params(self):
+        """The whole tree with the trained leaves None and the frozen ones as the program
+        computes with them: the dequantised base a JAX reference runs on."""
+        split = self._require_split()
+        f_it = iter(split.values)
+        return jax.tree_util.tree_unflatten(
+            split.treedef, [None if m else next(f_it) for m in split.mask])
+
+    @property
+    def compression(self) -> CompressionReport:
+        """Per frozen leaf: scheme, bytes stored, error of the dequantised values."""
+        return self._require_split().report
+
+
+MASKED_STEP.append(MaskedTrainStep)  # coreml_train_step(trainable=...) makes these
+__all__ = ["MaskedTrainStep", "check_split_options"]
