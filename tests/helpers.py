@@ -95,7 +95,7 @@ def noise_band(curves, sds=4.0, floor=0.1):
     (a few runs underestimate the spread)."""
     curves = np.asarray(curves, np.float64)
     m = curves.mean(0)
-    return m, np.maximum(sds * curves.std(0, ddof=1), floor * np.abs(m))
+    return m, np.maximum(sds * curves.std(0), floor * np.abs(m))
 
 
 def assert_tracks_noise_band(ours, jax_curves, trains=0.5):
