@@ -81,3 +81,29 @@ def load_tool(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+# -- random="device": loss curves against JAX's noise band ---------------------------------
+def loss_windows(losses, w):
+    """Mean loss per window of ``w`` consecutive steps (one curve: a 1-d array)."""
+    return np.asarray(losses, np.float64).reshape(-1, w).mean(1)
+
+
+def noise_band(curves, sds=4.0, floor=0.1):
+    """JAX's loss curves (runs x windows) over different keys -> (mean, half-width) per
+    window: ``sds`` run-to-run standard deviations, and at least ``floor`` of the mean
+    (a few runs underestimate the spread)."""
+    curves = np.asarray(curves, np.float64)
+    m = curves.mean(0)
+    return m, np.maximum(sds * curves.std(0), floor * np.abs(m))
+
+
+def assert_tracks_noise_band(ours, jax_curves, trains=0.5):
+    """Each of our windowed curves lies in JAX's noise band, and trains (last window below
+    ``trains`` x first); returns (mean, half-width) for reporting."""
+    mean, tol = noise_band(jax_curves)
+    for curve in ours:
+        curve = np.asarray(curve)
+        assert (np.abs(curve - mean) <= tol).all(), (curve, mean, tol)
+        assert curve[-1] < trains * curve[0], curve
+    return mean, tol

@@ -1,8 +1,8 @@
 """Issue 17, deliverable 6: flax's and equinox's own models with their randomness as
 written - a linen CNN with ``nn.Dropout``, a VAE with ``jax.random.normal`` (flax's
-examples/vae, small), ``nn.RNN`` without an initial carry, an nnx model with
-``nnx.Dropout(rngs=...)``, an equinox MLP with ``eqx.nn.Dropout``, seq2seq-style
-``jax.random.categorical`` sampling.
+examples/vae, small), ``nn.RNN`` without an initial carry (and one whose cell drops out:
+draws inside its scan), an nnx model with ``nnx.Dropout(rngs=...)``, an equinox MLP with
+``eqx.nn.Dropout``, seq2seq-style ``jax.random.categorical`` sampling.
 
 Every model's loss is ``loss(params, rng, *batch) -> (loss, next rng)``: a key split each
 step (the nnx model: its RNG state, advanced by the model), so one training loop drives
@@ -10,8 +10,8 @@ them all. Oracles: JAX + optax (``jax.jit`` of ``jax.value_and_grad``) on the sa
 20 steps equal to rtol 1e-4; in the default mode the deterministic model (dead
 randomness) equals ``jax.jit`` and the training one is an error naming the draw.
 
-The modes are a parameter (``RANDOM_MODES``) so that other modes (``"device"``: the same
-distributions, not JAX's numbers) can join with their own oracle.
+The modes are a parameter (``RANDOM_MODES``); ``"device"`` (the same distributions, not
+JAX's numbers) has its own oracles in test_random_models_device.py.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ optax = pytest.importorskip("optax")
 eqx = pytest.importorskip("equinox")
 
 F32 = np.float32
-RANDOM_MODES = ["inputs"]   # "device" joins when it exists (its oracle: loss curves)
+RANDOM_MODES = ["inputs"]   # "device": test_random_models_device.py (its own oracles)
 STEPS = 20
 
 
@@ -145,6 +145,43 @@ def linen_rnn() -> Case:
     return Case(params, _keyed(apply), (x, y), jax.random.key(30), None)
 
 
+# -- 3b. nn.RNN whose cell drops out: a draw each step, inside the scan ----------------------
+class DropoutLSTMCell(nn.Module):
+    features: int = 6
+    deterministic: bool = False
+
+    @nn.compact
+    def __call__(self, carry, x):
+        carry, y = nn.LSTMCell(self.features)(carry, x)
+        return carry, nn.Dropout(0.3, deterministic=self.deterministic)(y)
+
+    def initialize_carry(self, rng, shape):
+        return nn.LSTMCell(self.features, parent=None).initialize_carry(rng, shape)
+
+    @property
+    def num_feature_axes(self):
+        return 1
+
+
+class DropoutRNN(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool):
+        cell = DropoutLSTMCell(deterministic=not train)
+        x = nn.RNN(cell, split_rngs={"params": False, "dropout": True})(x)
+        return nn.Dense(2)(x)
+
+
+def linen_rnn_dropout() -> Case:
+    model = DropoutRNN()
+    x, y = _data(3, 2, 5, 3), _data(4, 2, 5, 2)
+    params = model.init(jax.random.key(0), x, False)
+
+    def apply(params, key, x, y, train):
+        return jnp.mean((model.apply(params, x, train, rngs={"dropout": key}) - y) ** 2)
+
+    return Case(params, _keyed(apply), (x, y), jax.random.key(35), "jax.random.bernoulli")
+
+
 # -- 4. nnx model with nnx.Dropout(rngs=...) ---------------------------------------------------
 class NnxMLP(nnx.Module):
     def __init__(self, rngs):
@@ -156,8 +193,9 @@ class NnxMLP(nnx.Module):
         return self.l2(self.drop(nnx.relu(self.l1(x)), deterministic=not train))
 
 
-def nnx_mlp() -> Case:
-    graphdef, params, rng_state = nnx.split(NnxMLP(nnx.Rngs(0, dropout=40)), nnx.Param,
+def nnx_mlp(dropout_seed: int = 40) -> Case:
+    graphdef, params, rng_state = nnx.split(NnxMLP(nnx.Rngs(0, dropout=dropout_seed)),
+                                            nnx.Param,
                                             nnx.RngState)
     x, y = _data(5, 8, 6), _data(6, 8, 2)
 
@@ -232,8 +270,9 @@ def seq2seq() -> Case:
                 "jax.random.categorical")
 
 
-MODELS = {"linen_cnn": linen_cnn, "vae": vae, "linen_rnn": linen_rnn, "nnx": nnx_mlp,
-          "equinox": eqx_mlp, "seq2seq": seq2seq}
+MODELS = {"linen_cnn": linen_cnn, "vae": vae, "linen_rnn": linen_rnn,
+          "linen_rnn_dropout": linen_rnn_dropout, "nnx": nnx_mlp, "equinox": eqx_mlp,
+          "seq2seq": seq2seq}
 # the 20-step training runs are slow (~10-17 s each on the reference backend); linen
 # dropout and nnx training run by default in test_random_inputs.py / test_random_state.py
 FAST_TRAIN: set = set()

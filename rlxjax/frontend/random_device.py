@@ -38,7 +38,7 @@ import numpy as np
 from .. import _jax_compat as jc
 from ..errors import UnsupportedPrimitiveError
 from ..ir import dtype_from_numpy
-from . import random_inputs, randomness
+from . import random_device_scan, random_inputs, randomness
 from .random_inputs import HostPart
 from .registry import rule
 
@@ -177,7 +177,11 @@ class _Interpreter:
             with jax.ensure_compile_time_eval():
                 outs = jc.eval_equation(eqn, ins)
         elif all(isinstance(x, _Key) for x in syms):
-            if prim == "random_bits":
+            vm = prim == "scan" and random_inputs._has_random(eqn) and \
+                random_device_scan.as_vmap(eqn)
+            if vm:  # a host scan: its steps' draws made at once (random_device_scan.py)
+                outs = self._inline(eqn, vm, ins)
+            elif prim == "random_bits":
                 width = int(eqn.params["bit_width"])
                 outs = [_Bits(eqn, tuple(eqn.outvars[0].aval.shape), width)]
             elif prim in randomness.DRAWS:
@@ -187,6 +191,8 @@ class _Interpreter:
                        or random_inputs._has_random(eqn))
                 outs = [_Key(rnd) for _ in eqn.outvars]
         elif any(isinstance(x, _Key) for x in syms):
+            if prim == "scan" and random_inputs._has_random(eqn):
+                raise _refuse(eqn, random_device_scan.CARRIED, fn=_inner_function(eqn))
             raise _refuse(eqn, "combines a draw with a value computed from a key or counter")
         elif any(isinstance(x, _Bits) for x in syms):
             outs = [self._bits(eqn, ins)]
@@ -199,6 +205,22 @@ class _Interpreter:
         for v, o in zip(eqn.outvars, outs):
             if not isinstance(v, jc.DropVar):
                 self.env[v] = o
+
+    def _inline(self, eqn, closed, ins) -> list:
+        """``eqn``'s results: its carries keys, its ys ``closed``'s, stepped through here."""
+        nk = eqn.params["num_carry"]
+        for e in closed.jaxpr.eqns:
+            for x in e.invars:
+                if not isinstance(x, jc.Literal):
+                    self.uses[x] = self.uses.get(x, 0) + 1
+        for o, v in zip(closed.jaxpr.outvars, eqn.outvars[nk:]):
+            if not isinstance(o, jc.Literal):
+                self.uses[o] = self.uses.get(o, 0) + self.uses.get(v, 0)
+        self.env.update(zip(closed.jaxpr.constvars, closed.consts))
+        self.env.update(zip(closed.jaxpr.invars, ins))
+        for e in closed.jaxpr.eqns:
+            self._step(e)
+        return [_Key(True) for _ in range(nk)] + [self.read(o) for o in closed.jaxpr.outvars]
 
     def _bits(self, eqn, ins) -> "_Draw":
         b = next(x for x in ins if isinstance(x, _Bits))
