@@ -33,6 +33,7 @@ no square can overflow; docs/numerics.md), in fp16: no reduction is promoted to 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -41,7 +42,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import ArgumentError
-from ..frontend import Traced
 from .export import numpy_tree
 from .program import build_train_graph
 from .step import TrainStep
@@ -94,21 +94,27 @@ def to_output(tree):
 
 
 def all_finite(tree):
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
-              if jnp.issubdtype(x.dtype, jnp.floating)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+    """Whether every float leaf is finite, as ``isfinite`` of the sum of all their
+    elements: inf and nan propagate through sums (inf + -inf is nan), and a sum of finite
+    fp32 gradients overflows only beyond 3.4e38 (then the step is skipped too). One
+    ``reduce_sum`` per leaf instead of an elementwise test, a reduction and two casts."""
+    sums = [jnp.sum(x) for x in jax.tree_util.tree_leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.isfinite(sum(sums[1:], sums[0])) if sums else jnp.asarray(True)
 
 
 def adjust_scale(cfg: DynamicLossScale, scale, good_steps, finite):
     """The next (scale, good_steps) after a step whose gradients were ``finite``."""
-    period = jnp.int32(cfg.period)
     grown = scale * jnp.float32(cfg.factor)
-    grown = jnp.where(jnp.isfinite(grown), grown, scale)
-    on_finite = jnp.where(good_steps == period - 1, grown, scale)
+    grown = jax.lax.select(jnp.isfinite(grown), grown, scale)
+    full = good_steps == jnp.int32(cfg.period - 1)
+    on_finite = jax.lax.select(full, grown, scale)
     on_overflow = jnp.maximum(jnp.float32(cfg.min_scale), scale / jnp.float32(cfg.factor))
-    new_scale = jnp.where(finite, on_finite, on_overflow)
-    new_count = jnp.where(finite, (good_steps + 1) % period, jnp.int32(0))
-    return new_scale.astype(jnp.float32), new_count.astype(jnp.int32)
+    # (counter + 1) mod period on a finite step, written as a select: the counter is never
+    # negative, and jnp's floored % costs five MIL ops
+    count = jax.lax.select(full, jnp.int32(0), good_steps + 1)
+    return (jax.lax.select(finite, on_finite, on_overflow),
+            jax.lax.select(finite, count, jnp.int32(0)))
 
 
 def loss_scaled_optimizer(inner, cfg: DynamicLossScale):
@@ -126,9 +132,10 @@ def loss_scaled_optimizer(inner, cfg: DynamicLossScale):
         grads = jax.tree_util.tree_map(lambda g: g / state.loss_scale, grads)
         finite = all_finite(grads)
         updates, new_inner = inner.update(grads, state.optimizer, params)
-        keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
-        updates = jax.tree_util.tree_map(lambda u: jnp.where(finite, u, jnp.zeros_like(u)),
-                                         updates)
+        # lax.select with the scalar predicate: one MIL select per leaf, no broadcast of
+        # the predicate to each leaf's shape
+        keep = lambda new, old: jax.lax.select(finite, new, old)  # noqa: E731
+        updates = jax.tree_util.tree_map(lambda u: keep(u, jnp.zeros_like(u)), updates)
         new_inner = jax.tree_util.tree_map(keep, new_inner, state.optimizer)
         scale, count = adjust_scale(cfg, state.loss_scale, state.good_steps, finite)
         return updates, MixedState(new_inner, scale, count)
@@ -162,21 +169,16 @@ class MixedTrainStep(TrainStep):
         mixed_fn.__name__ = self.fun.__name__
         self.fun = self.__wrapped__ = mixed_fn
 
-    def _transform(self, traced: Traced, args) -> Traced:
+    def _transform(self, traced, args):
         if not isinstance(args[1], MixedState):
             raise ArgumentError("a mixed-precision step's optimizer state is a MixedState: "
                                 "start from step.init(params)")
         g = traced.graph
         scaled = g.outputs[0][1]
         g.outputs = list(g.outputs[1:])
-        user = Traced(g, traced.in_tree, traced.out_tree.children()[1], traced.in_types,
-                      dropped=traced.dropped, host=traced.host, u32_leaves=traced.u32_leaves,
-                      empty_in=traced.empty_in, empty_out=traced.empty_out)
+        user = dataclasses.replace(traced, out_tree=traced.out_tree.children()[1])
         return build_train_graph(user, args, self.optimizer, has_aux=self.has_aux,
                                  mode=self.state_mode, differentiate=scaled)
-
-    def init(self, params, *example_batch):
-        return super().init(params, *example_batch)
 
     def scale_of(self, state) -> float:
         """The current loss scale (and from it, whether steps are being skipped)."""
