@@ -13,6 +13,12 @@ causes. Columns:
 * ``MB fp32`` / ``MB mixed``: bytes read + written by the step's MIL ops (the static cost
   model, rlxjax/coreml/cost.py), and their ratio.
 
+A second table is the cost model alone (nothing run) for the step of a 4-layer relu MLP
+(width 256) at growing batch: total bytes moved per step, fp32 vs mixed, how much of the
+mixed step's traffic is fp16, and the matmuls' bytes ratio. The fp32 optimizer update
+(and the per-parameter cost of mixed precision: casts in and out, the unscale, a select
+per parameter and moment) does not grow with the batch; the fp16 forward/backward does.
+
 Run: ``python bench/mixed_precision.py [steps]``.
 """
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -84,6 +91,35 @@ def rows(steps: int = 200, names=WORKLOADS):
     return out
 
 
+def mlp_loss(p, x, y):
+    h = x
+    for w, b in p[:-1]:
+        h = jnp.maximum(h @ w + b, 0)
+    w, b = p[-1]
+    return jnp.mean((h @ w + b - y) ** 2)
+
+
+def bytes_rows(width=256, layers=4, batches=(16, 256, 1024, 4096)):
+    r = np.random.default_rng(0)
+    p = [(r.normal(size=(width, width)).astype(np.float32) / np.sqrt(width),
+          np.zeros(width, np.float32)) for _ in range(layers)]
+    out = []
+    for batch in batches:
+        x = r.normal(size=(batch, width)).astype(np.float32)
+        y = r.normal(size=(batch, width)).astype(np.float32)
+        cost = {}
+        for prec in ("fp32", "mixed"):
+            step = rlxjax.coreml_train_step(mlp_loss, optax.adam(1e-3), precision=prec)
+            cost[prec] = step.lower(p, step.init(p).opt_state, x, y).compile().cost_analysis()
+        mm = {k: sum(o["bytes_read"] + o["bytes_written"] for o in c["ops"]
+                     if o["type"] == "matmul") for k, c in cost.items()}
+        total = {k: c["bytes_read"] + c["bytes_written"] for k, c in cost.items()}
+        out.append(dict(batch=batch, fp32=total["fp32"], mixed=total["mixed"],
+                        fp16=cost["mixed"]["bytes_by_dtype"].get("FLOAT16", 0),
+                        matmul_ratio=mm["mixed"] / mm["fp32"]))
+    return out
+
+
 def main(steps: int = 200):
     print(f"{steps} adam(1e-3) steps, precision='mixed' (reference-fast) vs jax.jit fp32")
     print(f"{'workload':<22} {'loss0':>7} {'fp32 end':>9} {'mixed end':>9} {'max rel':>8} "
@@ -96,6 +132,14 @@ def main(steps: int = 200):
               f"{r['bytes_fp32'] / 1e6:8.3f} {r['bytes_mixed'] / 1e6:8.3f} "
               f"{r['bytes_mixed'] / r['bytes_fp32']:6.2f} "
               f"{r['ops_fp32']:>4}/{r['ops_mixed']:<4}")
+    print()
+    print("bytes moved per step (cost model), adam step of a 4-layer relu MLP, width 256")
+    print(f"{'batch':>6} {'MB fp32':>9} {'MB mixed':>9} {'ratio':>6} {'fp16 share':>10} "
+          f"{'matmul ratio':>12}")
+    for r in bytes_rows():
+        print(f"{r['batch']:>6} {r['fp32'] / 1e6:9.2f} {r['mixed'] / 1e6:9.2f} "
+              f"{r['mixed'] / r['fp32']:6.2f} {r['fp16'] / r['mixed']:10.2f} "
+              f"{r['matmul_ratio']:12.2f}")
 
 
 if __name__ == "__main__":

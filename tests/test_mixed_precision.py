@@ -184,3 +184,27 @@ def test_short_curve_within_bound():
                                   "transformer_block"])
 def test_curves_within_bound(name):
     assert _curve_deviation(name, 100) <= MAX_REL
+
+
+def test_cost_model_bytes_by_dtype():
+    """The cost model splits the bytes moved by element type: an fp32 step moves no fp16,
+    a mixed step runs its matmuls in fp16 (half their fp32 bytes: same shapes)."""
+    def loss(p, x):
+        return jnp.mean(jnp.tanh(x @ p["w1"]) @ p["w2"])
+
+    r = np.random.default_rng(0)
+    p = {"w1": r.normal(size=(16, 32)).astype(np.float32),
+         "w2": r.normal(size=(32, 4)).astype(np.float32)}
+    x = r.normal(size=(8, 16)).astype(np.float32)
+    cost = {}
+    for prec in ("fp32", "mixed"):
+        step = rlxjax.coreml_train_step(loss, optax.sgd(0.1), precision=prec)
+        cost[prec] = step.lower(p, step.init(p).opt_state, x).compile().cost_analysis()
+        c = cost[prec]
+        assert sum(c["bytes_by_dtype"].values()) == c["bytes_read"] + c["bytes_written"]
+    assert "FLOAT16" not in cost["fp32"]["bytes_by_dtype"]
+    assert cost["mixed"]["bytes_by_dtype"]["FLOAT16"] > 0
+    mm = {k: sum(o["bytes_read"] + o["bytes_written"] for o in c["ops"]
+                 if o["type"] == "matmul") for k, c in cost.items()}
+    # (the matmuls' transpose flags are 1-byte bools in both)
+    assert mm["fp32"] > 0 and abs(2 * mm["mixed"] - mm["fp32"]) <= 0.01 * mm["fp32"]
