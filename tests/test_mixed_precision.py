@@ -208,3 +208,28 @@ def test_cost_model_bytes_by_dtype():
                  if o["type"] == "matmul") for k, c in cost.items()}
     # (the matmuls' transpose flags are 1-byte bools in both)
     assert mm["fp32"] > 0 and abs(2 * mm["mixed"] - mm["fp32"]) <= 0.01 * mm["fp32"]
+
+
+@pytest.mark.parametrize("state", ["io", "mlstate"])
+def test_saved_mixed_step_passes_coremltools_loaders(state, tmp_path):
+    import os
+
+    import coremltools as ct
+
+    from rlxjax.coreml.ct_private import load_milproto
+
+    step = _step(state)
+    st = step.init(P)
+    st, _ = step(st, np.ones((2, 3), np.float32))
+    path = step.save(str(tmp_path / "mixed.mlpackage"))
+    model = ct.models.MLModel(path, skip_model_load=True)  # coremltools' model loader
+    spec = model.get_spec()
+    prog = load_milproto(spec, os.path.join(path, "Data", "com.apple.CoreML", "weights"))
+    ops = [op.op_type for op in prog.functions["main"].operations]
+    assert "cast" in ops and "select" in ops  # fp16 compute, the skip selects
+    if state == "io":  # the scale is an fp32 input, like the moments and the weights
+        feats = {f.name: f for f in spec.description.input}
+        scale = [f for n, f in feats.items() if "loss_scale" in n]
+        assert len(scale) == 1
+        f32 = ct.proto.FeatureTypes_pb2.ArrayFeatureType.FLOAT32
+        assert scale[0].type.multiArrayType.dataType == f32
