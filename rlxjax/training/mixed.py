@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import ArgumentError
 from .export import numpy_tree
 from .program import build_train_graph
-from .step import TrainStep
+from .step import PRECISION_STEPS, TrainStep
 
 
 @dataclass(frozen=True)
@@ -185,3 +185,6 @@ class MixedTrainStep(TrainStep):
     def scale_of(self, state) -> float:
         """The current loss scale (and from it, whether steps are being skipped)."""
         return float(np.asarray(numpy_tree(state.opt_state).loss_scale))
+
+
+PRECISION_STEPS["mixed"] = MixedTrainStep
