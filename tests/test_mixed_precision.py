@@ -97,6 +97,9 @@ def test_bad_loss_scale_arguments():
         rlxjax.DynamicLossScale(factor=1.0)
     with pytest.raises(rlxjax.ArgumentError, match="DynamicLossScale"):
         _step(loss_scale=2.0 ** 15)
+    fp32_state = rlxjax.coreml_train_step(lin_loss, optax.adam(1e-2)).init(P)
+    with pytest.raises(rlxjax.ArgumentError, match="MixedState"):
+        _step()(fp32_state, np.ones((2, 3), np.float32))
     with pytest.raises(rlxjax.ArgumentError, match="trainable"):
         rlxjax.coreml_train_step(lin_loss, optax.sgd(1.0), precision="mixed",
                                  trainable={"w": True, "b": False})

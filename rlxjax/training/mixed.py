@@ -159,9 +159,12 @@ class MixedTrainStep(TrainStep):
                          has_aux=has_aux, **jit_options)
         self.inner_optimizer = optimizer
         self.loss_scale = cfg
-        self.mixed = True
 
         def mixed_fn(params, opt_state, *batch):
+            if not isinstance(opt_state, MixedState):
+                raise ArgumentError("a mixed-precision step's optimizer state is an "
+                                    "rlxjax.MixedState (optimizer state, loss scale, counter): "
+                                    "start from this step's init(params), not another step's")
             out = loss(to_compute(params), *to_compute(batch))
             value = out[0] if has_aux else out
             value32 = value.astype(jnp.float32) if hasattr(value, "astype") else value
@@ -172,9 +175,6 @@ class MixedTrainStep(TrainStep):
         self.fun = self.__wrapped__ = mixed_fn
 
     def _transform(self, traced, args):
-        if not isinstance(args[1], MixedState):
-            raise ArgumentError("a mixed-precision step's optimizer state is a MixedState: "
-                                "start from step.init(params)")
         g = traced.graph
         scaled = g.outputs[0][1]
         g.outputs = list(g.outputs[1:])
