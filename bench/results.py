@@ -157,6 +157,8 @@ def main(argv=None):
             ("Compile time against depth (`python bench/compile_time.py`)",
              _run(["bench/compile_time.py", *reps])),
             ("Gradient program size (`python bench/grad_ops.py`)", _run(["bench/grad_ops.py"])),
+            ("Mixed-precision training against fp32 JAX (`python bench/mixed_precision.py`)",
+             _run(["bench/mixed_precision.py"])),
             ("JAX's primitive harnesses through rlxjax (`python tools/conformance.py`)",
              _run(["tools/conformance.py", "--show", ""])),
         ]

@@ -14,6 +14,9 @@ alone (any package, not only rlxjax's):
 - weight bytes: the size of every constant, and of the payloads of ``constexpr_*`` ops
   (compressed weights, decompressed at load: their attributes / value-bound inputs, sub-byte
   data packed).
+- bytes by dtype: the bytes read and written split by the element type of each tensor
+  (``{"FLOAT16": ..., "FLOAT32": ...}``): what a mixed-precision program moves in fp16
+  (its forward and backward) and in fp32 (master weights, optimizer update, casts).
 """
 from __future__ import annotations
 
@@ -127,17 +130,23 @@ def _const_row(op, out, consts) -> dict:
 def _op_row(op, outs, types, consts) -> dict:
     ins: Dict[str, object] = {}
     read = 0
+    by_dtype: Dict[str, int] = {}
     for param, arg in op.inputs.items():
         for k, b in enumerate(arg.arguments):
             t = types.get(b.name) if b.WhichOneof("binding") == "name" else \
                 _tensor(b.value.type)
             read += _nbytes(t)
+            if t is not None:
+                by_dtype[t[1]] = by_dtype.get(t[1], 0) + _nbytes(t)
             if k == 0:
                 ins[param] = t
+    for t in outs:
+        if t is not None:
+            by_dtype[t[1]] = by_dtype.get(t[1], 0) + _nbytes(t)
     return {"type": op.type, "name": op.outputs[0].name if op.outputs else "",
             "depth": 0, "flops": _flops(op, ins, outs, consts),
             "bytes_read": read, "bytes_written": sum(_nbytes(t) for t in outs),
-            "weight_bytes": 0}
+            "weight_bytes": 0, "bytes_by_dtype": by_dtype}
 
 
 def analyse(spec, function: str = "main") -> dict:
@@ -160,6 +169,10 @@ def analyse(spec, function: str = "main") -> dict:
         row["depth"] = site.depth
         rows.append(row)
     non_const = [r for r in rows if r["type"] != "const"]
+    by_dtype: Dict[str, int] = {}
+    for r in non_const:
+        for dt, n in r["bytes_by_dtype"].items():
+            by_dtype[dt] = by_dtype.get(dt, 0) + n
     return {
         "mil_ops": len(non_const),
         "mil_consts": len(rows) - len(non_const),
@@ -167,6 +180,7 @@ def analyse(spec, function: str = "main") -> dict:
         "bytes_read": sum(r["bytes_read"] for r in rows),
         "bytes_written": sum(r["bytes_written"] for r in rows),
         "weight_bytes": sum(r["weight_bytes"] for r in rows),
+        "bytes_by_dtype": dict(sorted(by_dtype.items(), key=lambda kv: -kv[1])),
         "ops": non_const,
     }
 

@@ -33,9 +33,12 @@ METADATA_KEY = "rlxjax.train"
 _LEAF = object()
 
 
-def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: str) -> Traced:
+def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: str,
+                      differentiate=None) -> Traced:
     """The training graph of the traced ``loss(params, *batch)`` (traced as a function of
-    ``(params, opt_state, *batch)``); ``args`` are what it was traced with."""
+    ``(params, opt_state, *batch)``); ``args`` are what it was traced with.
+    ``differentiate``: the graph value the backward pass starts from, when it is not the
+    loss output (precision="mixed": the loss times the loss scale, mixed.py)."""
     params, opt_state = args[0], args[1]
     _refuse_empty(traced)
     g = traced.graph
@@ -64,7 +67,8 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     host = traced.host
     if host is not None:  # random="inputs": aux may hold host results (a new RNG state)
         host.require_device_loss("coreml_train_step")
-    grads = backward(g, loss_v, p_vals, traced.custom_rules.backward)
+    grads = backward(g, loss_v if differentiate is None else differentiate, p_vals,
+                     traced.custom_rules.backward)
     new_p, new_s = _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state)
     if mode == "mlstate":
         return _to_states(traced, args, p_vals + s_vals, new_p + new_s)

@@ -220,9 +220,15 @@ def _refuse_rng_state(params) -> None:
                 "new RNG state as aux, docs/errors.md)")
 
 
+#: precision -> TrainStep subclass, for the precisions other modules implement (mixed.py
+#: registers "mixed"; rlxjax.training imports it, so it is there whenever this module is)
+PRECISION_STEPS: Dict[str, type] = {}
+
+
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
                       precision: str = "fp32", has_aux: bool = False, backend=None,
-                      random=None, trainable=None, compress=None, flexible=None):
+                      random=None, trainable=None, compress=None, flexible=None,
+                      loss_scale=None):
     """One Core ML program = forward + backward + ``optimizer`` update (optax).
 
     ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
@@ -244,14 +250,27 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     loss's argument names, e.g. ``{"x": {0: (1, 256)}, "y": {0: (1, 256)}}`` (same bounds:
     one size; see ``coreml_jit`` and docs/flexible.md). Parameters and optimizer state
     stay static.
+    ``precision="mixed"``: forward and backward in fp16, parameters and optimizer state in
+    fp32, dynamic loss scaling (``loss_scale=rlxjax.DynamicLossScale(...)``; training/mixed.py).
     """
     if state == "mlstate":
         target = "iOS18" if target is None else target
         require(get_target(target), "iOS18", "state='mlstate' (Core ML states)")
     target = "iOS17" if target is None else target
+    if precision in PRECISION_STEPS:  # "mixed": mixed.py (registered on import)
+        if trainable is not None or compress is not None or flexible:
+            raise ArgumentError("precision='mixed' does not combine with trainable= / "
+                                "compress= / flexible= (yet): use precision='fp32' for those")
+        return PRECISION_STEPS[precision](loss, optimizer, state=state, has_aux=has_aux,
+                                          loss_scale=loss_scale, static_argnums=(),
+                                          target=target, backend=backend, random=random)
+    if loss_scale is not None:
+        raise ArgumentError("loss_scale= is for precision='mixed' (fp16 compute) only")
     if precision != "fp32":
-        raise ArgumentError("training steps compute in fp32 (precision='fp32'): fp16 "
-                            "gradients and optimizer moments lose the updates")
+        raise ArgumentError("training steps compute in fp32 (precision='fp32') or mixed "
+                            "(precision='mixed': fp16 forward/backward, fp32 weights and "
+                            "optimizer state, loss scaling): pure fp16 gradients and "
+                            "optimizer moments lose the updates")
     if flexible and {"params", "opt_state", 0, 1} & set(flexible):
         raise ArgumentError("flexible= names batch arguments only: parameters and optimizer "
                             "state keep their shapes (a Core ML state cannot be flexible)")
