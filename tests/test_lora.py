@@ -1,0 +1,249 @@
+"""LoRA fine-tunes on a frozen int8 base through coreml_train_step(trainable=, compress=):
+plain-JAX adapter subtrees, flax.nnx LoRA models with an nnx filter as trainable=, and the
+rlxjax.lora helper on linen and equinox parameter trees - each against the same JAX + optax
+loop run on the dequantised base the program computes with."""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import rlxjax
+from rlxjax import lora
+from rlxjax.errors import ArgumentError
+
+RNG = np.random.default_rng(7)
+BATCHES = [(RNG.normal(size=(8, 6)).astype(np.float32),
+            RNG.normal(size=(8, 3)).astype(np.float32)) for _ in range(4)]
+
+
+def _masked_jax_loop(full, flags, loss_fn, optimizer, steps, batches=BATCHES):
+    """JAX + optax on the leaves of ``full`` where ``flags`` (one per leaf) is True, the
+    others fixed at their values in ``full``: (losses, the whole trained tree)."""
+    leaves, treedef = jax.tree.flatten(full)
+    trained = [jnp.asarray(x) for x, m in zip(leaves, flags) if m]
+
+    def merged(t):
+        it = iter(t)
+        return jax.tree.unflatten(treedef, [next(it) if m else x
+                                            for x, m in zip(leaves, flags)])
+
+    @jax.jit
+    def step(trained, opt_state, x, y):
+        loss, g = jax.value_and_grad(lambda t: loss_fn(merged(t), x, y))(trained)
+        updates, opt_state = optimizer.update(g, opt_state, trained)
+        return optax.apply_updates(trained, updates), opt_state, loss
+
+    opt_state, out = optimizer.init(trained), []
+    for i in range(steps):
+        trained, opt_state, loss = step(trained, opt_state, *batches[i % len(batches)])
+        out.append(float(loss))
+    return out, merged(trained)
+
+
+def _lora_flags(tree):
+    return jax.tree.leaves(jax.tree.broadcast(lora.TRAINABLE, tree))
+
+
+def _plain_params():
+    rng = np.random.default_rng(0)
+    return {"base": {"w1": (rng.normal(size=(6, 16)) * 0.5).astype(np.float32),
+                     "b1": (rng.normal(size=16) * 0.1).astype(np.float32),
+                     "w2": (rng.normal(size=(16, 3)) * 0.5).astype(np.float32)},
+            "lora": {"a1": (rng.normal(size=(6, 2)) * 0.3).astype(np.float32),
+                     "b1": np.zeros((2, 16), np.float32),
+                     "a2": (rng.normal(size=(16, 2)) * 0.3).astype(np.float32),
+                     "b2": np.zeros((2, 3), np.float32)}}
+
+
+def _plain_loss(p, x, y):
+    b, a = p["base"], p["lora"]
+    h = jnp.tanh(x @ (b["w1"] + a["a1"] @ a["b1"]) + b["b1"])
+    return jnp.mean((h @ (b["w2"] + a["a2"] @ a["b2"]) - y) ** 2)
+
+
+def test_plain_jax_adapters_on_an_int8_base_match_optax_for_100_steps():
+    opt = optax.adam(1e-2)
+    step = rlxjax.coreml_train_step(_plain_loss, opt, trainable=lora.TRAINABLE,
+                                    compress="int8", state="mlstate", backend="reference")
+    st = step.init(_plain_params())
+    base = jax.tree.map(np.asarray, step.params(st))  # the dequantised base + initial adapters
+    assert not np.array_equal(base["base"]["w1"], _plain_params()["base"]["w1"])
+    st, got = step.fit(st, BATCHES, steps=100, progress=False)
+    want, trained = _masked_jax_loop(base, _lora_flags(base), _plain_loss, opt, 100)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    assert got[-1] < 0.8 * got[0]  # it learns
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                 step.params(st)["lora"], trained["lora"])
+    step.last_compiled.validate()
+
+
+# --- flax.nnx: nnx.LoRALinear / nnx.LoRA, trainable= an nnx filter ----------------------
+
+def _nnx_model():
+    from flax import nnx
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.LoRALinear(6, 16, lora_rank=2, rngs=rngs)
+            self.l2 = nnx.LoRALinear(16, 3, lora_rank=2, rngs=rngs)
+
+        def __call__(self, x):
+            return self.l2(jnp.tanh(self.l1(x)))
+
+    return Net(nnx.Rngs(0))
+
+
+def test_nnx_lora_with_an_nnx_filter_matches_optax_on_the_lora_partition():
+    from flax import nnx
+
+    graphdef, params = nnx.split(_nnx_model())
+
+    def loss(p, x, y):
+        return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
+
+    opt = optax.adam(5e-3)
+    step = rlxjax.coreml_train_step(loss, opt, trainable=nnx.LoRAParam, compress="int8",
+                                    backend="reference")
+    st = step.init(params)
+    assert isinstance(st.params, nnx.State)
+    base = jax.tree.map(np.asarray, step.params(st))  # an nnx.State: the dequantised kernels
+    st, got = step.fit(st, BATCHES, steps=100, progress=False)
+    names = [s.name for s in step.last_compiled.input_specs]
+    assert [n for n in names if n.startswith("params.")] == [
+        f"params.{l}.lora.lora_{ab}.value" for l in ("l1", "l2") for ab in "ab"]
+
+    # the reference: optax on the LoRAParam partition of the model on the same base
+    g2, lora_state, rest = nnx.split(nnx.merge(graphdef, base), nnx.LoRAParam, ...)
+
+    @jax.jit
+    def jstep(ls, opt_state, x, y):
+        val, g = jax.value_and_grad(
+            lambda ls: jnp.mean((nnx.merge(g2, ls, rest)(x) - y) ** 2))(ls)
+        upd, opt_state = opt.update(g, opt_state, ls)
+        return optax.apply_updates(ls, upd), opt_state, val
+
+    opt_state, want = opt.init(lora_state), []
+    for i in range(100):
+        lora_state, opt_state, val = jstep(lora_state, opt_state, *BATCHES[i % len(BATCHES)])
+        want.append(float(val))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    _, got_lora, _ = nnx.split(nnx.merge(graphdef, step.params(st)), nnx.LoRAParam, ...)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                 got_lora, lora_state)
+
+
+def test_any_nnx_filter_selects_the_variables_nnx_split_would():
+    from flax import nnx
+
+    graphdef, params = nnx.split(_nnx_model())
+
+    def loss(p, x, y):
+        return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
+
+    def trained_inputs(trainable):
+        step = rlxjax.coreml_train_step(loss, optax.sgd(0.1), trainable=trainable,
+                                        backend="reference")
+        st = step.init(params)
+        st, val = step(st, *BATCHES[0])
+        assert np.isfinite(float(val))
+        return [s.name[len("params."):-len(".value")]
+                for s in step.last_compiled.input_specs if s.name.startswith("params.")]
+
+    def by_nnx(f):  # the Variables nnx.split(model, f, ...) puts in the first partition
+        _, part, _ = nnx.split(nnx.merge(graphdef, params), f, ...)
+        return [".".join(str(k) for k in path) for path, _ in nnx.to_flat_state(part)]
+
+    for f in (nnx.All(nnx.LoRAParam, nnx.PathContains("l2")),   # l2's adapters only
+              (nnx.LoRAParam, nnx.PathContains("bias")),         # nnx.Any as a tuple
+              nnx.Not(nnx.LoRAParam)):                           # full fine-tune, no adapters
+        assert trained_inputs(f) == by_nnx(f), f
+    assert trained_inputs(nnx.All(nnx.LoRAParam, nnx.PathContains("l2"))) == [
+        "l2.lora.lora_a", "l2.lora.lora_b"]
+
+
+# --- rlxjax.lora: adapters for linen / equinox parameter trees --------------------------
+
+def test_add_adapters_and_merge_on_a_linen_mlp():
+    import flax.linen as nn
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = jnp.tanh(nn.Dense(16)(x))
+            x = nn.LayerNorm()(x)
+            return nn.Dense(3)(x)
+
+    model = MLP()
+    params = model.init(jax.random.key(0), BATCHES[0][0])["params"]
+    tree = lora.add_adapters(params, rank=2, key=jax.random.key(1),
+                             select=lambda path, leaf: path[-1].key == "kernel")
+    assert sorted(tree["lora"]) == ["Dense_0.kernel", "Dense_1.kernel"]
+    assert tree["lora"]["Dense_0.kernel"]["a"].shape == (6, 2)
+    assert tree["lora"]["Dense_0.kernel"]["b"].shape == (2, 16)
+    assert not np.any(tree["lora"]["Dense_1.kernel"]["b"])  # b = 0: merge starts at the base
+    jax.tree.map(np.testing.assert_array_equal, lora.merge(tree), params)
+
+    def loss(p, x, y):
+        return jnp.mean((model.apply({"params": lora.merge(p, alpha=4.0)}, x) - y) ** 2)
+
+    opt = optax.adam(1e-2)
+    step = rlxjax.coreml_train_step(loss, opt, trainable=lora.TRAINABLE, compress="int8",
+                                    backend="reference")
+    st = step.init(tree)
+    base = jax.tree.map(np.asarray, step.params(st))
+    st, got = step.fit(st, BATCHES, steps=30, progress=False)
+    want, trained = _masked_jax_loop(base, _lora_flags(base), loss, opt, 30)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    # the merged fine-tuned params as JAX computes them: W + (alpha / r) a @ b
+    merged = lora.merge(step.params(st), alpha=4.0)
+    a, b = trained["lora"]["Dense_1.kernel"]["a"], trained["lora"]["Dense_1.kernel"]["b"]
+    np.testing.assert_allclose(merged["Dense_1"]["kernel"],
+                               base["base"]["Dense_1"]["kernel"] + 2.0 * np.asarray(a @ b),
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_add_adapters_on_an_equinox_mlp():
+    import equinox as eqx
+
+    mlp = eqx.nn.MLP(6, 3, width_size=16, depth=2, key=jax.random.key(0))
+    params, static = eqx.partition(mlp, eqx.is_array)
+    tree = lora.add_adapters(params, rank=2, key=jax.random.key(1))  # every 2-D weight
+    assert sorted(tree["lora"]) == ["layers.0.weight", "layers.1.weight", "layers.2.weight"]
+    assert tree["lora"]["layers.0.weight"]["a"].shape == (16, 2)  # eqx weight: (out, in)
+
+    def loss(p, x, y):
+        model = eqx.combine(lora.merge(p), static)
+        return jnp.mean((jax.vmap(model)(x) - y) ** 2)
+
+    opt = optax.sgd(0.05, momentum=0.9)
+    step = rlxjax.coreml_train_step(loss, opt, trainable=lora.TRAINABLE, compress="int8",
+                                    backend="reference")
+    st = step.init(tree)
+    base = jax.tree.map(np.asarray, step.params(st))
+    st, got = step.fit(st, BATCHES, steps=30, progress=False)
+    want, _ = _masked_jax_loop(base, _lora_flags(base), loss, opt, 30)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    names = [s.name for s in step.last_compiled.input_specs if s.name.startswith("params")]
+    assert names == [f"params.lora.layers.{i}.weight.{ab}" for i in range(3) for ab in "ab"]
+
+
+def test_adapter_errors():
+    p = {"w": np.ones((4, 3), np.float32), "conv": np.ones((3, 3, 2, 2), np.float32)}
+    with pytest.raises(ArgumentError, match="positive int"):
+        lora.add_adapters(p, rank=0, key=jax.random.key(0))
+    with pytest.raises(ArgumentError, match="2-D kernels only"):
+        lora.add_adapters(p, rank=2, key=jax.random.key(0), select=lambda path, x: True)
+    with pytest.raises(ArgumentError, match="chose no 2-D"):
+        lora.add_adapters(p, rank=2, key=jax.random.key(0), select=lambda path, x: False)
+    with pytest.raises(ArgumentError, match="takes the"):
+        lora.merge(p)
+    tree = lora.add_adapters(p, rank=2, key=jax.random.key(0))
+    tree["lora"]["nope"] = tree["lora"]["w"]
+    with pytest.raises(ArgumentError, match="name no base parameter"):
+        lora.merge(tree)
