@@ -99,6 +99,27 @@ def _nnx_model():
     return Net(nnx.Rngs(0))
 
 
+def _nnx_optax_loop(graphdef, base, opt, steps):
+    """JAX + optax on the LoRAParam partition of the model over ``base`` (an nnx.State):
+    (losses, the trained LoRAParam state, the trained model)."""
+    from flax import nnx
+
+    g2, lora_state, rest = nnx.split(nnx.merge(graphdef, base), nnx.LoRAParam, ...)
+
+    @jax.jit
+    def jstep(ls, opt_state, x, y):
+        val, g = jax.value_and_grad(
+            lambda ls: jnp.mean((nnx.merge(g2, ls, rest)(x) - y) ** 2))(ls)
+        upd, opt_state = opt.update(g, opt_state, ls)
+        return optax.apply_updates(ls, upd), opt_state, val
+
+    opt_state, losses = opt.init(lora_state), []
+    for i in range(steps):
+        lora_state, opt_state, val = jstep(lora_state, opt_state, *BATCHES[i % len(BATCHES)])
+        losses.append(float(val))
+    return losses, lora_state, nnx.merge(g2, lora_state, rest)
+
+
 def test_nnx_lora_with_an_nnx_filter_matches_optax_on_the_lora_partition():
     from flax import nnx
 
@@ -118,20 +139,7 @@ def test_nnx_lora_with_an_nnx_filter_matches_optax_on_the_lora_partition():
     assert [n for n in names if n.startswith("params.")] == [
         f"params.{l}.lora.lora_{ab}.value" for l in ("l1", "l2") for ab in "ab"]
 
-    # the reference: optax on the LoRAParam partition of the model on the same base
-    g2, lora_state, rest = nnx.split(nnx.merge(graphdef, base), nnx.LoRAParam, ...)
-
-    @jax.jit
-    def jstep(ls, opt_state, x, y):
-        val, g = jax.value_and_grad(
-            lambda ls: jnp.mean((nnx.merge(g2, ls, rest)(x) - y) ** 2))(ls)
-        upd, opt_state = opt.update(g, opt_state, ls)
-        return optax.apply_updates(ls, upd), opt_state, val
-
-    opt_state, want = opt.init(lora_state), []
-    for i in range(100):
-        lora_state, opt_state, val = jstep(lora_state, opt_state, *BATCHES[i % len(BATCHES)])
-        want.append(float(val))
+    want, lora_state, _ = _nnx_optax_loop(graphdef, base, opt, 100)
     np.testing.assert_allclose(got, want, rtol=1e-4)
     _, got_lora, _ = nnx.split(nnx.merge(graphdef, step.params(st)), nnx.LoRAParam, ...)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
@@ -247,3 +255,64 @@ def test_adapter_errors():
     tree["lora"]["nope"] = tree["lora"]["w"]
     with pytest.raises(ArgumentError, match="name no base parameter"):
         lora.merge(tree)
+
+
+# --- the step's program and its train + predict package ---------------------------------
+
+def test_a_lora_only_step_has_fewer_mil_ops_than_the_full_step():
+    from flax import nnx
+
+    graphdef, params = nnx.split(_nnx_model())
+
+    def loss(p, x, y):
+        return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
+
+    def ops(**kw):
+        step = rlxjax.coreml_train_step(loss, optax.adam(1e-3), backend="reference", **kw)
+        step(step.init(params), *BATCHES[0])
+        return step.last_compiled.op_histogram()
+
+    full, only = ops(), ops(trainable=nnx.LoRAParam, compress="int8")
+    assert sum(only.values()) < sum(full.values()), (only, full)
+    # nnx.LoRA computes x @ kernel + (x @ a) @ b: with the kernel frozen its weight
+    # gradient x^T dy (one matmul per layer) is gone; everything else is needed
+    assert only["matmul"] == full["matmul"] - 2, (only, full)
+    assert not any(k.startswith("constexpr") for k in full)
+
+
+def test_a_lora_package_trains_and_predicts_with_one_state(tmp_path):
+    """step.save(predict=) for an nnx LoRA model on an int8 base: the loaded package's
+    train_step follows JAX + optax, and predict - reading the same state - equals the
+    JAX model with the trained adapters."""
+    import coremltools as ct
+    from flax import nnx
+
+    graphdef, params = nnx.split(_nnx_model())
+
+    def fn(p, x):
+        return nnx.merge(graphdef, p)(x)
+
+    def loss(p, x, y):
+        return jnp.mean((fn(p, x) - y) ** 2)
+
+    opt, xq = optax.adam(5e-3), BATCHES[1][0][:2]
+    step = rlxjax.coreml_train_step(loss, opt, trainable=nnx.LoRAParam, compress="int8",
+                                    state="mlstate", target="iOS18")
+    st = step.init(params, *BATCHES[0])
+    base = jax.tree.map(np.asarray, step.params(st))
+    path = step.save(tmp_path / "lora.mlpackage", predict=(fn, xq))
+    ct.models.MLModel(path, skip_model_load=True, function_name="predict")  # the loader
+
+    m = rlxjax.load(path, backend="reference")
+    assert m.functions == ("train_step", "predict")
+    folder = step.export_state(st, tmp_path / "state")
+    state = m.make_state()
+    for row in json.load(open(os.path.join(folder, "state.json")))["states"]:
+        state.write_state(row["name"],
+                          np.fromfile(os.path.join(folder, row["name"] + ".f16"), "<f2"))
+    got = [float(m(*BATCHES[i], state=state)["out"]) for i in range(3)]
+    pred = m.function("predict")(xq, state=state)["out"]
+
+    want, _, trained = _nnx_optax_loop(graphdef, base, opt, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    np.testing.assert_allclose(pred, np.asarray(trained(xq)), rtol=1e-5, atol=1e-6)
