@@ -27,6 +27,7 @@ flax.nnx models need none of this: ``nnx.LoRA`` / ``nnx.LoRALinear`` hold their 
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Optional
 
 import jax
@@ -46,6 +47,14 @@ def _name(path) -> str:
 
 def _default_select(path, leaf) -> bool:
     return np.ndim(leaf) == 2 and jnp.issubdtype(jnp.result_type(leaf), jnp.floating)
+
+
+@partial(jax.jit, static_argnums=(1, 2))
+def _draw(key, shapes, rank):
+    """The ``a`` of each adapter, one jitted draw for all (not one XLA compile per shape)."""
+    keys = jax.random.split(key, len(shapes))
+    return [jax.random.normal(k, (d0, rank), dtype) / np.sqrt(d0).astype(dtype)
+            for k, ((d0, _), dtype) in zip(keys, shapes)]
 
 
 def add_adapters(params, *, rank: int, key, select: Optional[Callable] = None) -> dict:
@@ -70,12 +79,10 @@ def add_adapters(params, *, rank: int, key, select: Optional[Callable] = None) -
     names = [n for n, _ in chosen]
     if len(set(names)) != len(names):
         raise ArgumentError(f"add_adapters: two parameters have the same dotted name in {names}")
-    lora = {}
-    for (name, leaf), k in zip(chosen, jax.random.split(key, len(chosen))):
-        d0, d1 = np.shape(leaf)
-        dtype = jnp.result_type(leaf)
-        lora[name] = {"a": jax.random.normal(k, (d0, rank), dtype) / np.sqrt(d0).astype(dtype),
-                      "b": jnp.zeros((rank, d1), dtype)}
+    shapes = tuple((np.shape(leaf), jnp.result_type(leaf)) for _, leaf in chosen)
+    drawn = _draw(key, shapes, rank)
+    lora = {name: {"a": a, "b": jnp.zeros((rank, np.shape(leaf)[1]), a.dtype)}
+            for (name, leaf), a in zip(chosen, drawn)}
     return {"base": params, "lora": lora}
 
 

@@ -4,6 +4,7 @@ rlxjax.lora helper on linen and equinox parameter trees - each against the same 
 loop run on the dequantised base the program computes with."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -85,7 +86,10 @@ def test_plain_jax_adapters_on_an_int8_base_match_optax_for_100_steps():
 
 # --- flax.nnx: nnx.LoRALinear / nnx.LoRA, trainable= an nnx filter ----------------------
 
-def _nnx_model():
+@functools.lru_cache(maxsize=None)
+def _nnx_split():
+    """(graphdef, params) of a two-layer nnx.LoRALinear model, initialised in one jit
+    (eager init compiles one XLA program per random draw)."""
     from flax import nnx
 
     class Net(nnx.Module):
@@ -96,7 +100,9 @@ def _nnx_model():
         def __call__(self, x):
             return self.l2(jnp.tanh(self.l1(x)))
 
-    return Net(nnx.Rngs(0))
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: Net(nnx.Rngs(0))))
+    params = jax.jit(lambda: nnx.split(Net(nnx.Rngs(0)))[1])()
+    return graphdef, jax.tree.map(np.asarray, params)
 
 
 def _nnx_optax_loop(graphdef, base, opt, steps):
@@ -123,7 +129,7 @@ def _nnx_optax_loop(graphdef, base, opt, steps):
 def test_nnx_lora_with_an_nnx_filter_matches_optax_on_the_lora_partition():
     from flax import nnx
 
-    graphdef, params = nnx.split(_nnx_model())
+    graphdef, params = _nnx_split()
 
     def loss(p, x, y):
         return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
@@ -149,7 +155,7 @@ def test_nnx_lora_with_an_nnx_filter_matches_optax_on_the_lora_partition():
 def test_any_nnx_filter_selects_the_variables_nnx_split_would():
     from flax import nnx
 
-    graphdef, params = nnx.split(_nnx_model())
+    graphdef, params = _nnx_split()
 
     def loss(p, x, y):
         return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
@@ -188,7 +194,7 @@ def test_add_adapters_and_merge_on_a_linen_mlp():
             return nn.Dense(3)(x)
 
     model = MLP()
-    params = model.init(jax.random.key(0), BATCHES[0][0])["params"]
+    params = jax.jit(model.init)(jax.random.key(0), BATCHES[0][0])["params"]
     tree = lora.add_adapters(params, rank=2, key=jax.random.key(1),
                              select=lambda path, leaf: path[-1].key == "kernel")
     assert sorted(tree["lora"]) == ["Dense_0.kernel", "Dense_1.kernel"]
@@ -205,8 +211,8 @@ def test_add_adapters_and_merge_on_a_linen_mlp():
                                     backend="reference")
     st = step.init(tree)
     base = jax.tree.map(np.asarray, step.params(st))
-    st, got = step.fit(st, BATCHES, steps=30, progress=False)
-    want, trained = _masked_jax_loop(base, _lora_flags(base), loss, opt, 30)
+    st, got = step.fit(st, BATCHES, steps=20, progress=False)
+    want, trained = _masked_jax_loop(base, _lora_flags(base), loss, opt, 20)
     np.testing.assert_allclose(got, want, rtol=1e-4)
     # the merged fine-tuned params as JAX computes them: W + (alpha / r) a @ b
     merged = lora.merge(step.params(st), alpha=4.0)
@@ -219,7 +225,8 @@ def test_add_adapters_and_merge_on_a_linen_mlp():
 def test_add_adapters_on_an_equinox_mlp():
     import equinox as eqx
 
-    mlp = eqx.nn.MLP(6, 3, width_size=16, depth=2, key=jax.random.key(0))
+    mlp = eqx.filter_jit(lambda k: eqx.nn.MLP(6, 3, width_size=16, depth=2, key=k))(
+        jax.random.key(0))  # one jit: eager init compiles one XLA program per draw
     params, static = eqx.partition(mlp, eqx.is_array)
     tree = lora.add_adapters(params, rank=2, key=jax.random.key(1))  # every 2-D weight
     assert sorted(tree["lora"]) == ["layers.0.weight", "layers.1.weight", "layers.2.weight"]
@@ -234,8 +241,8 @@ def test_add_adapters_on_an_equinox_mlp():
                                     backend="reference")
     st = step.init(tree)
     base = jax.tree.map(np.asarray, step.params(st))
-    st, got = step.fit(st, BATCHES, steps=30, progress=False)
-    want, _ = _masked_jax_loop(base, _lora_flags(base), loss, opt, 30)
+    st, got = step.fit(st, BATCHES, steps=20, progress=False)
+    want, _ = _masked_jax_loop(base, _lora_flags(base), loss, opt, 20)
     np.testing.assert_allclose(got, want, rtol=1e-4)
     names = [s.name for s in step.last_compiled.input_specs if s.name.startswith("params")]
     assert names == [f"params.lora.layers.{i}.weight.{ab}" for i in range(3) for ab in "ab"]
@@ -262,7 +269,7 @@ def test_adapter_errors():
 def test_a_lora_only_step_has_fewer_mil_ops_than_the_full_step():
     from flax import nnx
 
-    graphdef, params = nnx.split(_nnx_model())
+    graphdef, params = _nnx_split()
 
     def loss(p, x, y):
         return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
@@ -287,7 +294,7 @@ def test_a_lora_package_trains_and_predicts_with_one_state(tmp_path):
     import coremltools as ct
     from flax import nnx
 
-    graphdef, params = nnx.split(_nnx_model())
+    graphdef, params = _nnx_split()
 
     def fn(p, x):
         return nnx.merge(graphdef, p)(x)
@@ -316,3 +323,12 @@ def test_a_lora_package_trains_and_predicts_with_one_state(tmp_path):
     want, _, trained = _nnx_optax_loop(graphdef, base, opt, 3)
     np.testing.assert_allclose(got, want, rtol=1e-4)
     np.testing.assert_allclose(pred, np.asarray(trained(xq)), rtol=1e-5, atol=1e-6)
+
+
+def test_an_nnx_filter_on_a_plain_tree_is_a_clear_error():
+    from flax import nnx
+
+    step = rlxjax.coreml_train_step(_plain_loss, optax.sgd(0.1), trainable=nnx.LoRAParam,
+                                    backend="reference")
+    with pytest.raises(ArgumentError, match="holds no nnx Variables"):
+        step.init(_plain_params())

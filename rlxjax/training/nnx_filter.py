@@ -15,6 +15,8 @@ from typing import List, Optional
 
 import jax
 
+from ..errors import ArgumentError
+
 
 def _nnx():
     if "flax" not in sys.modules:
@@ -67,7 +69,10 @@ def nnx_filter_mask(trainable, params) -> Optional[List[bool]]:
     is_var = lambda x: isinstance(x, kinds)  # noqa: E731
     nodes = jax.tree_util.tree_flatten_with_path(params, is_leaf=is_var)[0]
     if not any(is_var(v) for _, v in nodes):
-        return None
+        raise ArgumentError(
+            f"trainable={trainable!r} is an nnx filter, but params holds no nnx Variables: "
+            "pass the nnx.State of the model (graphdef, params = nnx.split(model)), or for a "
+            "plain pytree a pytree of bools or a callable (path, leaf) -> bool")
     pred = nnx.filterlib.to_predicate(trainable)
     mask = []
     for path, node in nodes:
