@@ -332,3 +332,29 @@ def test_an_nnx_filter_on_a_plain_tree_is_a_clear_error():
                                     backend="reference")
     with pytest.raises(ArgumentError, match="holds no nnx Variables"):
         step.init(_plain_params())
+
+
+def test_trained_adapters_alone_go_to_safetensors_and_back(tmp_path):
+    from flax import nnx
+    from safetensors.numpy import load_file
+
+    graphdef, params = _nnx_split()
+
+    def loss(p, x, y):
+        return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
+
+    step = rlxjax.coreml_train_step(loss, optax.adam(1e-2), trainable=nnx.LoRAParam,
+                                    compress="int8", backend="reference")
+    st = step.init(params)
+    st, _ = step(st, *BATCHES[0])
+    path = step.export_params(st, tmp_path / "adapters.safetensors", trained_only=True)
+    flat = load_file(path)
+    assert sorted(flat) == [f"{l}/lora/lora_{ab}/value" for l in ("l1", "l2") for ab in "ab"]
+    _, want, _ = nnx.split(nnx.merge(graphdef, step.params(st)), nnx.LoRAParam, ...)
+    for p, v in nnx.to_flat_state(want):
+        np.testing.assert_array_equal(flat["/".join(map(str, p)) + "/value"], np.asarray(v))
+    back = step.load_params(path, step.init(params))  # a fresh state takes the adapters
+    jax.tree.map(np.testing.assert_array_equal, back.params, st.params)
+    whole = load_file(step.export_params(st, tmp_path / "all.safetensors"))
+    assert "l1/kernel/value" in whole  # the whole tree, the base dequantised
+    np.testing.assert_array_equal(whole["l1/kernel/value"], step.params(st)["l1"]["kernel"])

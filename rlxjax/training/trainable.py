@@ -100,6 +100,16 @@ class MaskedTrainStep(TrainStep):
         return jax.tree_util.tree_map(jax.numpy.asarray,
                                       self._require_split().merge(state.params))
 
+    def export_params(self, state, path, *, trained_only: bool = False) -> str:
+        """Write the whole tree (``self.params(state)``, the base dequantised) to the
+        safetensors file ``path``; with ``trained_only`` just the trained leaves (a LoRA
+        fine-tune's adapters), which ``step.load_params(path, state)`` reads back."""
+        if not trained_only:
+            return super().export_params(state, path)
+        from .params_io import save_params
+
+        return save_params(path, state.params, {"step": str(state.step)})
+
     def frozen_params(self):
         """The whole tree with the trained leaves None and the frozen ones as the program
         computes with them: the dequantised base a JAX reference runs on."""
