@@ -70,9 +70,10 @@ def add_adapters(params, *, rank: int, key, select: Optional[Callable] = None) -
         if not select(path, leaf):
             continue
         name = _name(path)
-        if np.ndim(leaf) != 2:
-            raise ArgumentError(f"add_adapters: '{name}' has shape {np.shape(leaf)}; adapters "
-                                "go on 2-D kernels only: make select return False for it")
+        if np.ndim(leaf) != 2 or not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+            raise ArgumentError(f"add_adapters: '{name}' is {jnp.result_type(leaf)} of shape "
+                                f"{np.shape(leaf)}; adapters go on 2-D float kernels only: "
+                                "make select return False for it")
         chosen.append((name, leaf))
     if not chosen:
         raise ArgumentError("add_adapters: select chose no 2-D parameter: nothing to adapt")

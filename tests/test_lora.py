@@ -254,6 +254,9 @@ def test_adapter_errors():
         lora.add_adapters(p, rank=0, key=jax.random.key(0))
     with pytest.raises(ArgumentError, match="2-D kernels only"):
         lora.add_adapters(p, rank=2, key=jax.random.key(0), select=lambda path, x: True)
+    with pytest.raises(ArgumentError, match="int32 of shape"):
+        lora.add_adapters({"i": np.ones((2, 2), np.int32)}, rank=1, key=jax.random.key(0),
+                          select=lambda path, x: True)
     with pytest.raises(ArgumentError, match="chose no 2-D"):
         lora.add_adapters(p, rank=2, key=jax.random.key(0), select=lambda path, x: False)
     with pytest.raises(ArgumentError, match="takes the"):
