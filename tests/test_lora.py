@@ -252,7 +252,7 @@ def test_adapter_errors():
     p = {"w": np.ones((4, 3), np.float32), "conv": np.ones((3, 3, 2, 2), np.float32)}
     with pytest.raises(ArgumentError, match="positive int"):
         lora.add_adapters(p, rank=0, key=jax.random.key(0))
-    with pytest.raises(ArgumentError, match="2-D kernels only"):
+    with pytest.raises(ArgumentError, match="2-D float kernels only"):
         lora.add_adapters(p, rank=2, key=jax.random.key(0), select=lambda path, x: True)
     with pytest.raises(ArgumentError, match="int32 of shape"):
         lora.add_adapters({"i": np.ones((2, 2), np.int32)}, rank=1, key=jax.random.key(0),
