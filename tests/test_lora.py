@@ -86,10 +86,24 @@ def test_plain_jax_adapters_on_an_int8_base_match_optax_for_100_steps():
 
 # --- flax.nnx: nnx.LoRALinear / nnx.LoRA, trainable= an nnx filter ----------------------
 
+def _numpy_init(shapes, zero=None, seed=0):
+    """numpy values for a tree of ShapeDtypeStructs (``eval_shape`` of a model's init):
+    the tests skip JAX's eager init, which compiles one XLA program per random draw."""
+    rng = np.random.default_rng(seed)
+
+    def one(path, s):
+        if not isinstance(s, jax.ShapeDtypeStruct):
+            return s  # an equinox activation function, ...
+        if zero is not None and zero in jax.tree_util.keystr(path):
+            return np.zeros(s.shape, s.dtype)
+        return (rng.normal(size=s.shape) * 0.4).astype(s.dtype)
+
+    return jax.tree_util.tree_map_with_path(one, shapes)
+
+
 @functools.lru_cache(maxsize=None)
 def _nnx_split():
-    """(graphdef, params) of a two-layer nnx.LoRALinear model, initialised in one jit
-    (eager init compiles one XLA program per random draw)."""
+    """(graphdef, params) of a two-layer nnx.LoRALinear model (lora_b zero, as nnx inits)."""
     from flax import nnx
 
     class Net(nnx.Module):
@@ -100,9 +114,8 @@ def _nnx_split():
         def __call__(self, x):
             return self.l2(jnp.tanh(self.l1(x)))
 
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: Net(nnx.Rngs(0))))
-    params = jax.jit(lambda: nnx.split(Net(nnx.Rngs(0)))[1])()
-    return graphdef, jax.tree.map(np.asarray, params)
+    graphdef, shapes = nnx.split(nnx.eval_shape(lambda: Net(nnx.Rngs(0))))
+    return graphdef, _numpy_init(shapes, zero="lora_b")
 
 
 def _nnx_optax_loop(graphdef, base, opt, steps):
@@ -194,7 +207,7 @@ def test_add_adapters_and_merge_on_a_linen_mlp():
             return nn.Dense(3)(x)
 
     model = MLP()
-    params = jax.jit(model.init)(jax.random.key(0), BATCHES[0][0])["params"]
+    params = _numpy_init(jax.eval_shape(model.init, jax.random.key(0), BATCHES[0][0]))["params"]
     tree = lora.add_adapters(params, rank=2, key=jax.random.key(1),
                              select=lambda path, leaf: path[-1].key == "kernel")
     assert sorted(tree["lora"]) == ["Dense_0.kernel", "Dense_1.kernel"]
@@ -225,8 +238,7 @@ def test_add_adapters_and_merge_on_a_linen_mlp():
 def test_add_adapters_on_an_equinox_mlp():
     import equinox as eqx
 
-    mlp = eqx.filter_jit(lambda k: eqx.nn.MLP(6, 3, width_size=16, depth=2, key=k))(
-        jax.random.key(0))  # one jit: eager init compiles one XLA program per draw
+    mlp = _numpy_init(eqx.filter_eval_shape(eqx.nn.MLP, 6, 3, 16, 2, key=jax.random.key(0)))
     params, static = eqx.partition(mlp, eqx.is_array)
     tree = lora.add_adapters(params, rank=2, key=jax.random.key(1))  # every 2-D weight
     assert sorted(tree["lora"]) == ["layers.0.weight", "layers.1.weight", "layers.2.weight"]
