@@ -15,6 +15,7 @@ from ..errors import ArgumentError
 from ..frontend import Traced, path_name
 from ..transforms.rewrite import substitute
 from .layout import leaf_struct
+from .nnx_filter import nnx_filter_mask
 
 
 def check_split_options(trainable, compress, target) -> None:
@@ -27,9 +28,14 @@ def check_split_options(trainable, compress, target) -> None:
 
 
 def resolve_mask(trainable, params) -> List[bool]:
-    """One bool per leaf of ``params`` (flatten order): True where it is trained."""
+    """One bool per leaf of ``params`` (flatten order): True where it is trained. An nnx
+    filter (``nnx.LoRAParam``) on a tree of nnx Variables matches per Variable
+    (nnx_filter.py)."""
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
-    if callable(trainable) and not isinstance(trainable, (bool, np.bool_)):
+    nnx_mask = nnx_filter_mask(trainable, params)  # nnx.LoRAParam on an nnx.State
+    if nnx_mask is not None:
+        mask = nnx_mask
+    elif callable(trainable) and not isinstance(trainable, (bool, np.bool_)):
         mask = []
         for path, leaf in flat:
             m = trainable(path, leaf)

@@ -4,8 +4,13 @@ frozen (and possibly compressed) base.
 ``trainable`` says which leaves of ``params`` are trained: a pytree of bools with the
 structure of ``params`` or a prefix of it (as ``optax.masked`` takes: ``{"base": False,
 "head": True}`` covers every leaf under each key), or a callable ``(path, leaf) -> bool``
-(``path`` as ``jax.tree_util.tree_flatten_with_path`` gives it). A LoRA fine-tune keeps
-its adapters in their own subtree and marks only that one trainable.
+(``path`` as ``jax.tree_util.tree_flatten_with_path`` gives it), or - when ``params`` is a
+flax.nnx ``State`` (``graphdef, params = nnx.split(model)``) - an nnx filter
+(``nnx.LoRAParam``, ``nnx.All(nnx.Param, nnx.PathContains("head"))``...), matched per
+Variable as ``nnx.split(model, filter, ...)`` partitions (nnx_filter.py). A LoRA
+fine-tune keeps its adapters in their own subtree and marks only that one trainable
+(``rlxjax.lora`` adds them to linen / equinox trees; ``nnx.LoRA`` holds them as
+``nnx.LoRAParam``).
 
 The split (``FrozenSplit``):
 
@@ -94,6 +99,16 @@ class MaskedTrainStep(TrainStep):
         the program computes with them (dequantised when compressed)."""
         return jax.tree_util.tree_map(jax.numpy.asarray,
                                       self._require_split().merge(state.params))
+
+    def export_params(self, state, path, *, trained_only: bool = False) -> str:
+        """Write the whole tree (``self.params(state)``, the base dequantised) to the
+        safetensors file ``path``; with ``trained_only`` just the trained leaves (a LoRA
+        fine-tune's adapters), which ``step.load_params(path, state)`` reads back."""
+        if not trained_only:
+            return super().export_params(state, path)
+        from .params_io import save_params
+
+        return save_params(path, state.params, {"step": str(state.step)})
 
     def frozen_params(self):
         """The whole tree with the trained leaves None and the frozen ones as the program
