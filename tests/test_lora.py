@@ -383,3 +383,27 @@ def test_trained_adapters_alone_go_to_safetensors_and_back(tmp_path):
     whole = load_file(step.export_params(st, tmp_path / "all.safetensors"))
     assert "l1/kernel/value" in whole  # the whole tree, the base dequantised
     np.testing.assert_array_equal(whole["l1/kernel/value"], step.params(st)["l1"]["kernel"])
+
+
+def test_whole_tree_file_loads_back_and_another_base_is_refused(tmp_path):
+    """export_params's default (the whole tree) reads back into a trainable= step when its
+    frozen tensors are the step's base; a file trained on another base is refused."""
+    from flax import nnx
+
+    graphdef, params = _nnx_split()
+
+    def loss(p, x, y):
+        return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
+
+    step = rlxjax.coreml_train_step(loss, optax.adam(1e-2), trainable=nnx.LoRAParam,
+                                    compress="int8", backend="reference")
+    st = step.init(params)
+    st, _ = step(st, *BATCHES[0])
+    path = step.export_params(st, tmp_path / "all.safetensors")
+    back = step.load_params(path, step.init(params))
+    jax.tree.map(np.testing.assert_array_equal, back.params, st.params)
+    other = jax.tree.map(lambda x: np.asarray(x) + 1.0, params)  # another base
+    step2 = rlxjax.coreml_train_step(loss, optax.adam(1e-2), trainable=nnx.LoRAParam,
+                                     compress="int8", backend="reference")
+    with pytest.raises(rlxjax.ArgumentError, match="frozen weight of this step"):
+        step2.load_params(path, step2.init(other))

@@ -34,9 +34,11 @@ them (and drops the programs compiled for the old ones).
 """
 from __future__ import annotations
 
+import os
 from typing import Callable, Optional
 
 import jax
+import numpy as np
 
 from ..coreml.compress import CompressionReport
 from ..errors import ArgumentError
@@ -109,6 +111,35 @@ class MaskedTrainStep(TrainStep):
         from .params_io import save_params
 
         return save_params(path, state.params, {"step": str(state.step)})
+
+    def load_params(self, path, like, *, reset_optimizer: bool = False, strict: bool = True):
+        """``like`` with its trained leaves read from the safetensors file ``path``. The file
+        may be the adapters alone (``export_params(..., trained_only=True)``) or the whole
+        tree (``export_params``'s default): then each frozen tensor in it must equal the
+        base this step computes with (``step.params``), else an ArgumentError says so -
+        a file trained on another base is not silently combined with this one. ``strict``:
+        the file may hold no tensor that is neither a trained nor a frozen leaf."""
+        from safetensors.numpy import load_file
+
+        from .params_io import leaf_names
+
+        state = super().load_params(path, like, reset_optimizer=reset_optimizer,
+                                    strict=False)
+        stored = load_file(os.fspath(path))
+        trained, _, _ = leaf_names(like.params)
+        f_names, f_values, _ = leaf_names(self.frozen_params())
+        for name, want in zip(f_names, f_values):
+            if name in stored and not (stored[name].dtype == want.dtype and
+                                       np.array_equal(stored[name], want)):
+                raise ArgumentError(
+                    f"tensor '{name}' in {path} is a frozen weight of this step and differs "
+                    "from the base it computes with: the file was trained on another base "
+                    "(init the step with that base, or load the trained leaves only)")
+        extra = sorted(set(stored) - set(trained) - set(f_names))
+        if extra and strict:
+            raise ArgumentError(f"{path} holds tensor '{extra[0]}' that the parameters do not "
+                                f"have (extra: {extra[:5]}); pass strict=False to ignore them")
+        return state
 
     def frozen_params(self):
         """The whole tree with the trained leaves None and the frozen ones as the program
