@@ -334,15 +334,21 @@ class LoadedModel:
         """Names of the package's Core ML states (a ``state="mlstate"`` training step)."""
         return tuple(f.name for f in self.spec.description.state)
 
-    def make_state(self):
+    def make_state(self, folder=None):
         """Fresh (zero) state buffers for a stateful package, with ``read_state(name)`` and
         ``write_state(name, fp16 array)`` (``MLModel.make_state()`` on Core ML); fill them
-        from ``TrainStep.export_state`` files before the first call."""
+        from ``TrainStep.export_state`` files before the first call, or pass that folder:
+        ``m.make_state(folder)``."""
         if not self.state_names:
             raise ArgumentError(f"{self.path} has no Core ML states")
         if self.backend in REFERENCE_BACKENDS:
-            return self._program.make_state()
-        return self._mlmodel.make_state()  # pragma: no cover - macOS only
+            state = self._program.make_state()
+        else:  # pragma: no cover - macOS only
+            state = self._mlmodel.make_state()
+        if folder is not None:
+            from .training.checkpoint import read_state_files
+            read_state_files(state, self.state_names, folder)
+        return state
 
     def function(self, name: str) -> "LoadedModel":
         """Function ``name`` of this (multifunction) package, on the same backend; states

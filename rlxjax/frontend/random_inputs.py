@@ -88,7 +88,9 @@ class HostPart:
                         "Core ML carries uint32 as int32 only below 2**31")
                 a = a.astype(np.int32)
             ins.append(a)
-        outs = [v if randomness.is_key(v) else np.asarray(v) for v in vals[n:]]
+        # JAX's own values, as jax.jit returns them: a read-only numpy view broke nnx's
+        # in-place counter update (count[...] += 1) when the state went back into JAX
+        outs = list(vals[n:])
         return ins, outs
 
     def merge(self, device_outs: Sequence[Any], host_outs: Sequence[Any]) -> list:

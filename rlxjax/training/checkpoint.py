@@ -51,3 +51,25 @@ def write_state_files(folder, step: int, pieces: Dict[str, np.ndarray]) -> str:
     atomic.write_bytes(os.path.join(folder, "state.json"),
                        json.dumps({"step": step, "states": rows}).encode())
     return os.path.abspath(folder)
+
+
+def read_state_files(state, names, folder) -> None:
+    """Fill ``state`` (a loaded package's ``make_state()``) from an ``export_state`` folder:
+    ``state.json`` must list exactly the package's states ``names``, each with its shape."""
+    folder = os.fspath(folder)
+    index = os.path.join(folder, "state.json")
+    if not os.path.isfile(index):
+        raise ArgumentError(f"{folder} is not an export_state folder (no state.json): write "
+                            "one with step.export_state(state, folder)")
+    rows = json.load(open(index))["states"]
+    got = sorted(r["name"] for r in rows)
+    if got != sorted(names):
+        raise ArgumentError(f"{folder} holds states {got}; the package declares "
+                            f"{sorted(names)}: export the state of the step this package "
+                            "was saved from")
+    for r in rows:
+        raw = np.fromfile(os.path.join(folder, r["name"] + ".f16"), "<f2")
+        if raw.size != int(np.prod(r["shape"])):
+            raise ArgumentError(f"{folder}/{r['name']}.f16 holds {raw.size} values; "
+                                f"state.json says shape {r['shape']}")
+        state.write_state(r["name"], raw.reshape(r["shape"]))

@@ -33,9 +33,12 @@ def resolve_mask(trainable, params) -> List[bool]:
     (nnx_filter.py)."""
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
     nnx_mask = nnx_filter_mask(trainable, params)  # nnx.LoRAParam on an nnx.State
+    # a callable that is itself a pytree node (an equinox Module of bools, callable through
+    # its __call__) is a mask, not the (path, leaf) -> bool function
     if nnx_mask is not None:
         mask = nnx_mask
-    elif callable(trainable) and not isinstance(trainable, (bool, np.bool_)):
+    elif callable(trainable) and not isinstance(trainable, (bool, np.bool_)) and \
+            jax.tree_util.treedef_is_leaf(jax.tree.structure(trainable)):
         mask = []
         for path, leaf in flat:
             m = trainable(path, leaf)
