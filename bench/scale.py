@@ -96,10 +96,11 @@ def child(model, kind, concrete, peer):
     rss0, t_import = _rss_mb(), time.perf_counter() - t_import
     with tempfile.TemporaryDirectory(prefix="scale-") as tmp:
         path = os.path.join(tmp, "m.mlpackage")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if peer:
             _peer_convert(fn, args, kind, aux, path)
             t1 = t2 = time.perf_counter()
+            c1 = time.process_time()
         else:
             if kind == "fwd":
                 f = rlxjax.coreml_jit(fn, target="iOS18")
@@ -108,13 +109,13 @@ def child(model, kind, concrete, peer):
             else:
                 f = rlxjax.coreml_train_step(fn[0], fn[1], target="iOS18", has_aux=aux)
             compiled = f.lower(*args).compile()
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             compiled.save(path)
             t2 = time.perf_counter()
         peak = _peak_mb()
         from vs_peer import package_ops
 
-        row = {"s": t1 - t0, "save_s": t2 - t1, "total_s": t2 - t0, "rss0_mb": rss0,
+        row = {"s": t1 - t0, "cpu_s": c1 - c0, "save_s": t2 - t1, "total_s": t2 - t0, "rss0_mb": rss0,
                "peak_mb": peak, "mib": _dir_mib(path), "ops": package_ops(path),
                "setup_s": t_import}
     print(json.dumps(row), flush=True)

@@ -122,6 +122,8 @@ class _Folder:
             nodes.append(node)  # stays an op, its value feeds later folds
             return 0
         for out, val in zip(node.outputs, values):
+            if not (val.flags.c_contiguous and val.flags.writeable):  # a view (broadcast)
+                val = np.array(val, order="C")
             const = graph.add_node("constant", (), {"value": self._stored(val, out)},
                                    node.source)
             graph.nodes.pop()  # add_node appended it; it goes where the node was
