@@ -151,13 +151,14 @@ def _peer_convert(fn, args, kind, aux, path):
 
 
 def run_child(model, kind, *, concrete=False, peer=False, python=sys.executable,
-              peer_path=None, timeout=1800.0):
+              peer_path=None, timeout=1800.0, tree=None):
     cmd = [python, os.path.abspath(__file__), "--child", model, kind]
     cmd += ["--concrete"] if concrete else []
     cmd += ["--peer"] if peer else []
     env = dict(os.environ, TQDM_DISABLE="1")
     root = os.path.dirname(HERE)
-    paths = ([peer_path] if peer and peer_path else []) + [root, env.get("PYTHONPATH", "")]
+    paths = ([peer_path] if peer and peer_path else []) + [tree or root,
+                                                           env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
@@ -186,25 +187,56 @@ def measure(model, kind, repeats, **kw):
     return out
 
 
-def _cell(r):
+def compare(base, models, kinds, rounds):
+    """This tree against the rlxjax checkout ``base``: the same child (this tree's models
+    and script) with either tree's rlxjax, rounds alternating which goes first."""
+    trees = {"base": os.path.abspath(base), "this": os.path.dirname(HERE)}
+    keys = ("s", "cpu_s", "peak_mb", "ops")
+    print(f"{'model':<11} {'kind':<5} | {'base s':>7} {'this s':>7} {'ratio':>5} | "
+          f"{'base cpu':>8} {'this cpu':>8} {'ratio':>5} | {'base MB':>7} {'this MB':>7} "
+          f"{'ratio':>5} | {'ops':>11}", flush=True)
+    for m in models:
+        for k in kinds:
+            got = {name: [] for name in trees}
+            for i in range(rounds):
+                order = list(trees) if i % 2 == 0 else list(trees)[::-1]
+                for name in order:
+                    r = run_child(m, k, tree=trees[name])
+                    if "error" in r:
+                        raise SystemExit(f"{name} {m} {k}: {r['error']}")
+                    got[name].append(r)
+            med = {name: {x: statistics.median(r[x] for r in rs) for x in keys}
+                   for name, rs in got.items()}
+            b, t = med["base"], med["this"]
+            print(f"{m:<11} {k:<5} | {b['s']:>7.2f} {t['s']:>7.2f} {t['s'] / b['s']:>5.2f} | "
+                  f"{b['cpu_s']:>8.2f} {t['cpu_s']:>8.2f} {t['cpu_s'] / b['cpu_s']:>5.2f} | "
+                  f"{b['peak_mb']:>7.0f} {t['peak_mb']:>7.0f} {t['peak_mb'] / b['peak_mb']:>5.2f} | "
+                  f"{b['ops']:>5.0f}/{t['ops']:<5.0f}", flush=True)
+    print(f"medians of {rounds} fresh processes per tree, alternating; ratio = this / base; "
+          f"base = {trees['base']}")
+
+
+def _cell(r, repeats):
     if "error" in r:
-        return f"{'FAIL':>7} {'':>7} {'':>7} {'':>7}"
-    star = "*" if r.get("n", 1) == 1 else " "
-    return f"{r['s']:>6.2f}{star} {r['peak_mb']:>7.0f} {r['mib']:>7.1f} {r['ops']:>7}"
+        return f"{'FAIL':>7} {'':>5} {'':>7} {'':>6} {'':>6}"
+    star = "*" if r.get("n", repeats) < repeats else " "
+    cpu = f"{r['cpu_s']:>5.2f}" if "cpu_s" in r else f"{'':>5}"
+    return f"{r['s']:>6.2f}{star} {cpu} {r['peak_mb']:>7.0f} {r['mib']:>6.1f} {r['ops']:>6}"
 
 
-HEADER = (f"{'model':<11} {'kind':<5} | {'s':>7} {'peak MB':>7} {'MiB':>7} {'ops':>7} | "
-          f"{'peer s':>7} {'peak MB':>7} {'MiB':>7} {'ops':>7} | {'speedup':>7} {'ops x':>5}")
+HEADER = (f"{'model':<10} {'kind':<5} | {'s':>7} {'cpu s':>5} {'peak MB':>7} {'MiB':>6} "
+          f"{'ops':>6} | {'peer s':>7} {'cpu s':>5} {'peak MB':>7} {'MiB':>6} {'ops':>6} | "
+          f"{'speedup':>7} {'ops x':>5}")
 
 
-def fmt_row(model, kind, ours, peer):
-    line = f"{model:<11} {kind:<5} | {_cell(ours)} | {_cell(peer)} | "
+def fmt_row(model, kind, ours, peer, repeats=3):
+    line = f"{model:<10} {kind:<5} | {_cell(ours, repeats)} | {_cell(peer, repeats)} | "
     if "error" not in ours and "error" not in peer:
         line += f"{peer['total_s'] / ours['total_s']:>6.0f}x {ours['ops'] / peer['ops']:>5.2f}"
     notes = [f"rlxjax: {ours['error']}"] if "error" in ours else []
     if "error" in peer:
         notes.append(f"peer: {peer['error']}")
-    return line + "".join(f"\n{'':<6}{n}" for n in notes)
+    return line.rstrip() + "".join(f"\n{'':<6}{n}" for n in notes)
 
 
 def targets(rows) -> str:
@@ -229,6 +261,17 @@ def targets(rows) -> str:
     return "\n".join(out)
 
 
+class _Tee:
+    """Print and keep the lines (the table that --results writes)."""
+
+    def __init__(self):
+        self.lines = []
+
+    def __call__(self, text=""):
+        print(text, flush=True)
+        self.lines.append(text)
+
+
 def main(argv=None):
     from scale_models import MODELS
 
@@ -245,36 +288,60 @@ def main(argv=None):
                          "(pip install --target DIR stablehlo-coreml --no-deps)")
     ap.add_argument("--peer-timeout", type=float, default=1800.0)
     ap.add_argument("--json")
+    ap.add_argument("--peer-rows", help="reuse the peer's rows of an earlier --json")
+    ap.add_argument("--results", action="store_true",
+                    help="also put the table into bench/RESULTS.md (its section only)")
+    ap.add_argument("--base", help="compare this tree's rlxjax against the checkout BASE "
+                                   "(no peer), e.g. git worktree add /tmp/base <commit>")
+    ap.add_argument("--rounds", type=int, default=3, help="with --base: processes per tree")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child, args.concrete, args.peer)
 
+    if args.base:
+        return compare(args.base, args.models, args.kinds, args.rounds)
+    out = _Tee()
     try:
         load = "%.1f %.1f %.1f" % os.getloadavg()
     except OSError:
         load = "?"
-    print(f"load average at start: {load}; parameters "
-          f"{'initialised' if args.concrete else 'as ShapeDtypeStructs'}; iOS18 fp32", flush=True)
-    print(HEADER, flush=True)
+    out(f"load average at start: {load}; parameters "
+        f"{'initialised' if args.concrete else 'as ShapeDtypeStructs'}; iOS18 fp32")
+    out(HEADER)
+    reuse = {}
+    if args.peer_rows:  # the peer's rows of an earlier run (they do not depend on rlxjax)
+        with open(args.peer_rows) as f:
+            reuse = {(r["model"], r["kind"]): r["peer"] for r in json.load(f)}
     rows = []
+    t_start = time.perf_counter()
     for m in args.models:
         for k in args.kinds:
             ours = measure(m, k, args.repeats, concrete=args.concrete)
-            peer = ({"error": "not run (--no-peer)"} if args.no_peer else
-                    measure(m, k, args.repeats, concrete=args.concrete, peer=True,
-                            python=args.peer_python, peer_path=args.peer_path,
-                            timeout=args.peer_timeout))
+            if args.no_peer:
+                peer = {"error": "not run (--no-peer)"}
+            elif (m, k) in reuse:
+                peer = reuse[(m, k)]
+            else:
+                peer = measure(m, k, args.repeats, concrete=args.concrete, peer=True,
+                               python=args.peer_python, peer_path=args.peer_path,
+                               timeout=args.peer_timeout)
             rows.append({"model": m, "kind": k, "rlxjax": ours, "peer": peer})
-            print(fmt_row(m, k, ours, peer), flush=True)
-    print(f"medians of {args.repeats} fresh processes (* = one: over {LONG:.0f} s); s = lower + "
-          "compile (the peer: export + convert + save); peak MB = the process's maxrss; "
-          "MiB = saved package; ops = non-const MIL ops; speedup = peer / rlxjax "
-          "(compile + save)")
+            out(fmt_row(m, k, ours, peer, args.repeats))
+    out(f"medians of {args.repeats} fresh processes (* = fewer: the first took over "
+        f"{LONG:.0f} s); s = wall seconds of lower + compile (the peer: export + convert + "
+        "save), cpu s = its CPU seconds; peak MB = the process's maxrss; MiB = saved package; "
+        "ops = non-const MIL ops; speedup = peer / rlxjax wall seconds (with save)"
+        + (f"; peer rows from {args.peer_rows}" if reuse else ""))
     t = targets(rows)
     if t:
-        print(t)
+        out(t)
+    if args.results:
+        from results import SCALE_TITLE, replace_section
+
+        replace_section(os.path.join(HERE, "RESULTS.md"), SCALE_TITLE, "\n".join(out.lines),
+                        time.perf_counter() - t_start)
     if args.json:
         with open(args.json + ".tmp", "w") as f:
             json.dump(rows, f, indent=1)
