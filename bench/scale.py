@@ -319,10 +319,10 @@ def main(argv=None):
     for m in args.models:
         for k in args.kinds:
             ours = measure(m, k, args.repeats, concrete=args.concrete)
-            if args.no_peer:
-                peer = {"error": "not run (--no-peer)"}
-            elif (m, k) in reuse:
+            if (m, k) in reuse:
                 peer = reuse[(m, k)]
+            elif args.no_peer:
+                peer = {"error": "not run (--no-peer)"}
             else:
                 peer = measure(m, k, args.repeats, concrete=args.concrete, peer=True,
                                python=args.peer_python, peer_path=args.peer_path,
