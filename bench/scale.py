@@ -295,6 +295,7 @@ def main(argv=None):
     ap.add_argument("--peer-timeout", type=float, default=1800.0)
     ap.add_argument("--json")
     ap.add_argument("--peer-rows", help="reuse the peer's rows of an earlier --json")
+    ap.add_argument("--rows", help="reuse rlxjax's rows of an earlier --json (re-render)")
     ap.add_argument("--results", action="store_true",
                     help="also put the table into bench/RESULTS.md (its section only)")
     ap.add_argument("--base", help="compare this tree's rlxjax against the checkout BASE "
@@ -316,15 +317,19 @@ def main(argv=None):
     out(f"load average at start: {load}; parameters "
         f"{'initialised' if args.concrete else 'as ShapeDtypeStructs'}; iOS18 fp32")
     out(HEADER)
-    reuse = {}
+    reuse, ours_reuse = {}, {}
     if args.peer_rows:  # the peer's rows of an earlier run (they do not depend on rlxjax)
         with open(args.peer_rows) as f:
             reuse = {(r["model"], r["kind"]): r["peer"] for r in json.load(f)}
+    if args.rows:
+        with open(args.rows) as f:
+            ours_reuse = {(r["model"], r["kind"]): r["rlxjax"] for r in json.load(f)}
     rows = []
     t_start = time.perf_counter()
     for m in args.models:
         for k in args.kinds:
-            ours = measure(m, k, args.repeats, concrete=args.concrete)
+            ours = ours_reuse.get((m, k)) or measure(m, k, args.repeats,
+                                                     concrete=args.concrete)
             if (m, k) in reuse:
                 peer = reuse[(m, k)]
             elif args.no_peer:
