@@ -349,7 +349,8 @@ def main(argv=None):
         f"{LONG:.0f} s); s = wall seconds of lower + compile (the peer: export + convert + "
         "save), cpu s = its CPU seconds; peak MB = the process's maxrss; MiB = saved package; "
         "ops = non-const MIL ops; speedup = peer / rlxjax wall seconds (with save)"
-        + (f"; peer rows from {args.peer_rows}" if reuse else ""))
+        + ("; the peer's rows from an earlier run of this script (--peer-rows)" if reuse
+           else ""))
     t = targets(rows)
     if t:
         out(t)
