@@ -18,6 +18,7 @@ import numpy as np
 from coremltools.proto import MIL_pb2
 
 from ..ir import DType, TensorType
+from ..ir.graph import param_key
 from ..ir.types import Typed
 from .ct_private import (blob_file_value, scalar_value, set_string_value, tensor_value,
                          tensor_value_type)
@@ -130,7 +131,7 @@ class MilBuilder:
         if arr.dtype.kind == "U":
             key = ("str", str(arr))
         else:
-            key = (arr.dtype.str, arr.shape, arr.tobytes())
+            key = param_key(arr)  # (by content, without a copy of a large array's bytes)
         hit = self._const_cache.get(key)
         if hit is not None:
             return hit

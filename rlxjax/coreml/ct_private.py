@@ -63,10 +63,25 @@ def set_string_value(dst: MIL_pb2.Value, text: str) -> None:
     dst.immediateValue.tensor.strings.values[0] = text
 
 
+#: dtypes whose tensor values are a repeated field of Python numbers
+_LISTED = frozenset(np.dtype(t) for t in (np.bool_, np.int32, np.float32))
+
+
 def tensor_value(arr: np.ndarray) -> MIL_pb2.Value:
     """An immediate ``Value`` holding ``arr`` (rank >= 1: a rank-0 array would be declared
-    as shape [1]; use :func:`scalar_value`)."""
-    return _helper.create_tensor_value(arr)
+    as shape [1]; use :func:`scalar_value`).
+
+    The same message as coremltools' ``create_tensor_value``, which converts the values one
+    element at a time in Python (``np_val_to_py_type``: a 128x128 causal mask of bools took
+    16k calls): here coremltools encodes the first element only, which picks the dtype and
+    the field, and the rest is filled from ``arr.tolist()`` (the same Python values)."""
+    if arr.size <= 1 or arr.dtype not in _LISTED:  # (8-bit ints and fp16: one bytes field)
+        return _helper.create_tensor_value(arr)
+    head = _helper.create_tensor_value(arr.reshape(-1)[:1])
+    field = head.immediateValue.tensor.WhichOneof("value")
+    val = MIL_pb2.Value(type=tensor_value_type(arr.shape, head.type.tensorType.dataType))
+    getattr(val.immediateValue.tensor, field).values.extend(arr.reshape(-1).tolist())
+    return val
 
 
 def blob_file_value(file_name: str, offset: int, shape, data_type: int) -> MIL_pb2.Value:

@@ -30,10 +30,22 @@ _PLAIN = (type(None), bool, int, float, str, DType, Dyn)
 _PLAIN_TYPES = frozenset(_PLAIN)  # exact types: the common case, checked first
 
 
+def _frozen(a: np.ndarray) -> bool:
+    """``a`` cannot change: read-only, and its memory is a read-only array's own (an array
+    ``_freeze`` made, or a view of one), so it need not be copied again (a model's
+    weights as constants were copied by every pass that rebuilt a constant node)."""
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return not a.flags.writeable and not root.flags.writeable and root.flags.owndata
+
+
 def _freeze(v: Any) -> Any:
     if type(v) in _PLAIN_TYPES:
         return v
     if isinstance(v, np.ndarray):
+        if _frozen(v) and v.flags.c_contiguous:
+            return v
         a = np.array(v, copy=True)
         a.setflags(write=False)
         return a
@@ -55,6 +67,8 @@ def param_key(v: Any) -> Any:
     key by themselves (region graphs and callables: by identity); unhashable values raise
     TypeError. Params equality and CSE (transforms/cse.py) both use it."""
     if isinstance(v, np.ndarray):
+        if v.nbytes > ArrayContent.MIN_BYTES:
+            return ("ndarray", v.dtype.str, v.shape, ArrayContent(v))
         return ("ndarray", v.dtype.str, v.shape, v.tobytes())
     if isinstance(v, (tuple, list)):
         return (type(v).__name__,) + tuple(param_key(x) for x in v)
@@ -66,6 +80,36 @@ def param_key(v: Any) -> Any:
         return ("dict",) + tuple(sorted((k, param_key(x)) for k, x in v.items()))
     hash(v)
     return (type(v).__name__, v)
+
+
+class ArrayContent:
+    """The bytes of a large array as a key, without copying them (``tobytes`` copied each
+    weight into every key: CSE held a second copy of a model's constants): hashed on a
+    sample of the bytes, equal exactly when all bytes are."""
+
+    MIN_BYTES = 4096
+    _CHUNK = 1 << 20
+    __slots__ = ("flat", "_hash")
+
+    def __init__(self, arr: np.ndarray):
+        self.flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        step = max(1, self.flat.size // 4096)
+        self._hash = hash((self.flat.size, self.flat[::step].tobytes(),
+                           self.flat[-64:].tobytes()))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        if not isinstance(other, ArrayContent):
+            return NotImplemented
+        a, b = self.flat, other.flat
+        if a is b:
+            return True
+        if self._hash != other._hash or a.size != b.size:
+            return False
+        return all(np.array_equal(a[i:i + self._CHUNK], b[i:i + self._CHUNK])
+                   for i in range(0, a.size, self._CHUNK))
 
 
 class Params(Mapping[str, Any]):

@@ -123,6 +123,10 @@ class _Folder:
             nodes.append(node)  # stays an op, its value feeds later folds
             return 0
         for out, val in zip(node.outputs, values):
+            if not val.flags.c_contiguous:  # a broadcast view
+                val = np.array(val, order="C")
+            if val.flags.writeable and val.flags.owndata:  # computed here: frozen in place,
+                val.setflags(write=False)  # so the constant node does not copy it again
             const = graph.add_node("constant", (), {"value": self._stored(val, out)},
                                    node.source)
             graph.nodes.pop()  # add_node appended it; it goes where the node was

@@ -22,7 +22,10 @@ def _broadcast_in_dim(p, x):
     placed = [1] * len(shape)
     for i, d in enumerate(dims):
         placed[d] = x.shape[i]
-    return np.broadcast_to(x.reshape(placed), shape).copy()
+    # A read-only view, not a copy: a broadcast too large to become a constant stays an op
+    # and its value is only read by later folds (GPT-2's embedding-gradient zeros were a
+    # 154 MB copy); one small enough is copied when it becomes a constant (fold/__init__).
+    return np.broadcast_to(x.reshape(placed), shape)
 
 
 @register_impl("fold", "rev")

@@ -27,7 +27,16 @@ def _is_axes_partition(labels: np.ndarray, reduced: Sequence[int]) -> bool:
     if not all(_const_along(labels, d) for d in reduced):
         return False
     kept = [labels.shape[d] for d in range(labels.ndim) if d not in reduced]
-    return len(np.unique(labels)) == int(np.prod(kept, dtype=np.int64))
+    return _n_distinct(labels, reduced) == int(np.prod(kept, dtype=np.int64))
+
+
+def _n_distinct(labels: np.ndarray, const_dims: Sequence[int]) -> int:
+    """The number of distinct labels, where ``labels`` is constant along ``const_dims``:
+    those of its slice at index 0 along them (np.unique of a GPT-2 activation's labels
+    took 1.5 ms, of the slice microseconds)."""
+    sub = labels[tuple(slice(0, 1) if d in const_dims else slice(None)
+                       for d in range(labels.ndim))]
+    return len(np.unique(sub))
 
 
 def candidates(labels: np.ndarray, kind: str) -> List[Candidate]:
@@ -44,7 +53,7 @@ def candidates(labels: np.ndarray, kind: str) -> List[Candidate]:
             out.append(Candidate(op, {"axis": a}, tuple(range(a, r))))
     if kind != "norm" or r < 2:
         return out
-    n_groups = len(np.unique(labels))
+    n_groups = _n_distinct(labels, [d for d in range(r) if d not in free])
     if n_groups % shape[0] == 0:
         g = n_groups // shape[0]
         for c in [r - 1] + list(range(1, r - 1)):
