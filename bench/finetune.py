@@ -21,6 +21,11 @@ opt-in (``--palettize``); without it the script times coremltools' k-means (and 
 memory) on one 768x768 kernel and scales the time to all the compressed weights (an
 estimate, printed as such).
 
+In io mode a full fine-tuning package stores no weights (every parameter is an input), so
+its weight.bin is empty. The LoRA loss merges ``W + A·B`` before the matmul (as written in
+JAX), so the backward still forms each adapted kernel's full-size gradient (then ``dA``,
+``dB`` from it): LoRA saves the optimizer's and the frozen leaves' ops, not those matmuls.
+
 Run: ``python bench/finetune.py`` (``--repeats 3``, ``--palettize``; ``--layers N`` for a
 shallower model). ``python bench/results.py --finetune`` adds its table to RESULTS.md.
 """
@@ -219,9 +224,11 @@ def main(argv=None):
         med = lambda k: statistics.median(x[k] for x in ok)  # noqa: E731
         if ref is None and cfg["mode"] == "lora":
             ref = r["weight_bytes"]
+        size = (f"{r['weight_bytes'] / 1e6:.1f} | {r['weight_bytes'] / ref:.3f}"
+                if cfg["mode"] == "lora" else "0 (params are inputs) | -")
         print(f"| {label} | {r['params']} | {r['trained']} | {r['ops']} | {r['matmul']} | "
-              f"{med('compile_s'):.1f} | {med('save_s'):.1f} | {r['weight_bytes'] / 1e6:.1f} | "
-              f"{r['weight_bytes'] / ref:.3f} | {med('maxrss_mb'):.0f} |", flush=True)
+              f"{med('compile_s'):.1f} | {med('save_s'):.1f} | {size} | "
+              f"{med('maxrss_mb'):.0f} |", flush=True)
     if not args.palettize:
         print()
         print("palettize (not compiled; --palettize compiles it): coremltools' k-means "
