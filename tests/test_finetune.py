@@ -3,6 +3,7 @@ compressed base (rlxjax/training/trainable.py), against JAX + optax run on the s
 and the same (dequantised) base values."""
 from __future__ import annotations
 
+import os
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -179,3 +180,27 @@ def test_a_lora_adapter_subtree_can_be_the_only_trainable_part():
     names = [s.name for s in step.last_compiled.input_specs]
     assert names[:2] == ["params.lora.a", "params.lora.b"]
     assert not any("base" in n for n in names), names
+
+
+def test_a_frozen_weight_used_twice_is_stored_once(tmp_path):
+    """A tied embedding (a gather of the table and a matmul with its transpose): the fp32
+    frozen table is one blob, not also a transposed copy."""
+    table = np.random.default_rng(0).standard_normal((100, 160)).astype(np.float32)
+    params = {"emb": table, "bias": np.zeros((160,), np.float32)}
+
+    def loss(p, ids, y):
+        h = p["emb"][ids] + p["bias"]
+        return jnp.mean((h @ p["emb"].T - y) ** 2)
+
+    ids, y = np.array([1, 2, 3], np.int32), np.zeros((3, 100), np.float32)
+    step = rlxjax.coreml_train_step(loss, optax.adam(1e-3),
+                                    trainable={"emb": False, "bias": True})
+    st = step.init(params, ids, y)
+    path = step.save(tmp_path / "tied.mlpackage")
+    blob = open(os.path.join(path, "Data", "com.apple.CoreML", "weights", "weight.bin"),
+                "rb").read()
+    assert blob.count(table.tobytes()) == 1
+    assert blob.count(np.ascontiguousarray(table.T).tobytes()) == 0
+    assert len(blob) < table.nbytes + 4096
+    st, value = step(st, ids, y)  # and it still computes JAX's loss
+    np.testing.assert_allclose(float(value), float(loss(params, ids, y)), rtol=1e-6)

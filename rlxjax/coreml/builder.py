@@ -126,12 +126,18 @@ class MilBuilder:
         var.name = name
 
     # -- constants -----------------------------------------------------------------
-    def const(self, value, dtype: Optional[DType] = None) -> Var:
+    def const(self, value, dtype: Optional[DType] = None, *, foldable: bool = True) -> Var:
+        """A const op of ``value`` (one per distinct content). ``foldable=False``: the
+        rules may not compute with its value (``known`` is None), so a reshape or transpose
+        of it stays an op instead of becoming a second constant - a frozen weight is stored
+        once (rules/constexpr.py)."""
         arr = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype.np)
         if arr.dtype.kind == "U":
             key = ("str", str(arr))
         else:
             key = param_key(arr)  # (by content, without a copy of a large array's bytes)
+        if not foldable:
+            key = ("opaque", key)
         hit = self._const_cache.get(key)
         if hit is not None:
             return hit
@@ -146,7 +152,8 @@ class MilBuilder:
         var.producer = op
         self._root.append(op)
         self._const_cache[key] = var
-        self._known[id(var)] = str(arr) if arr.dtype.kind == "U" else arr
+        if foldable:
+            self._known[id(var)] = str(arr) if arr.dtype.kind == "U" else arr
         return var
 
     def full(self, t: TensorType, value) -> Var:

@@ -29,8 +29,8 @@ def _weight(ctx, node):
     p = node.params
     t = ctx.out_type(node)
     scheme = p["scheme"]
-    if scheme == "none":
-        return ctx.b.const(p["value"].astype(t.dtype.np, copy=False))
+    if scheme == "none":  # not foldable: a transposed use must not store a second copy
+        return ctx.b.const(p["value"].astype(t.dtype.np, copy=False), foldable=False)
     need = SCHEMES[scheme]
     if not ctx.target.at_least(need):
         raise TargetError(f"weight '{p['name']}' is stored with compress={scheme!r}, which "
