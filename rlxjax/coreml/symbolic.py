@@ -221,7 +221,26 @@ def _select(ctx, node, pred, on_false, on_true):
     return select(ctx.b, t, pred, on_true, on_false)
 
 
-FLEXIBLE = {"select": _select, "reshape": _reshape, "broadcast_in_dim": _broadcast_in_dim,
+def _gather_nd(ctx, node, x, idx):
+    """rules/indexing.py's gather_nd on indices with flexible (batch) dims: MIL's gather /
+    gather_nd take the indices at their runtime shape; the depth-1 index is dropped with
+    a -1 reshape (or squeeze) instead of a constant shape."""
+    from .rules.common import bool_as_int32, restore_bool
+
+    b, t = ctx.b, ctx.out_type(node)
+    xi = bool_as_int32(b, x)
+    if idx.shape[-1] == 1 and idx.type.rank >= 2:
+        flat = ctx.flex.reshape(idx, idx.shape[:-1], _where(node)) if sum(
+            isinstance(d, Dyn) for d in idx.shape) <= 1 else b.op(
+            "squeeze", TensorType(tuple(idx.shape[:-1]), idx.dtype), x=idx,
+            axes=np.asarray([-1], np.int32))
+        y = b.op("gather", t.with_dtype(xi.dtype), x=xi, indices=flat, axis=np.int32(0))
+    else:
+        y = b.op("gather_nd", t.with_dtype(xi.dtype), x=xi, indices=idx)
+    return restore_bool(b, y, t.dtype)
+
+
+FLEXIBLE = {"select": _select, "gather_nd": _gather_nd, "reshape": _reshape, "broadcast_in_dim": _broadcast_in_dim,
             "slice": _slice, "dot_general": _dot_general}
 
 
