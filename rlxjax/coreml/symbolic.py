@@ -19,7 +19,7 @@ from typing import Dict, Tuple
 import numpy as np
 from coremltools.proto import FeatureTypes_pb2
 
-from ..errors import DynamicShapeError
+from ..errors import DynamicShapeError, RlxError, op_label
 from ..ir import DType, Dyn, TensorType
 from ..ir.symbolic import eval_dim, parse_dim
 from .registry import lowering
@@ -120,7 +120,8 @@ class FlexDims:
 
 # -- runtime-shape lowerings of the ops that read dim sizes --------------------------------
 def _where(node) -> str:
-    return f" (in {node.op} at {node.source})" if node.source else f" (in {node.op})"
+    op = op_label(node.op)
+    return f" (in {op} at {node.source})" if node.source else f" (in {op})"
 
 
 @lowering("dim_size")
@@ -252,8 +253,11 @@ def lower_flexible(ctx, node, fn, ins):
         return own(ctx, node, *ins)
     try:
         return fn(ctx, node, *ins)
-    except (TypeError, ValueError) as e:  # a Dyn met int arithmetic or a constant shape
-        raise flexible_error(node, str(e)) from None
+    except RlxError:  # says what is wrong already
+        raise
+    except (TypeError, ValueError):  # a Dyn met int arithmetic or a constant shape: the
+        # Python message ("int() argument must be ... not 'Dyn'") says nothing to the user
+        raise flexible_error(node) from None
 
 
 def flexible_error(node, detail: str = "") -> DynamicShapeError:
@@ -263,7 +267,7 @@ def flexible_error(node, detail: str = "") -> DynamicShapeError:
                  if isinstance(d, Dyn)]
     where = f" at {node.source}" if node.source else ""
     return DynamicShapeError(
-        f"{node.op}{where} cannot be lowered with a flexible dimension ({axes[0] if axes else '?'}"
+        f"{op_label(node.op)}{where} cannot be lowered with a flexible dimension ({axes[0] if axes else '?'}"
         f"): its Core ML lowering needs that size at compile time{f' ({detail})' if detail else ''}. "
         "Keep that axis static (a concrete size, or enumerated sizes: one program each), or "
         "restructure so the op does not depend on it.")
