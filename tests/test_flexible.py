@@ -370,7 +370,7 @@ def test_flexible_refusals_name_the_jax_primitive_without_python_internals():
         assert "unsupported operand" not in str(e.value)
 
 
-@pytest.mark.slow  # ~25 s: the gradient program of a transformer LM
+@pytest.mark.slow  # ~17 s: the gradient program of a transformer LM
 def test_causal_attention_lm_with_a_flexible_batch():
     """A decoder LM (embedding + positions, causal self-attention, MLP, LayerNorms, tied
     cross-entropy over token targets): forward and gradient at batch 1, 7 and 64."""
