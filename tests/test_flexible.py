@@ -431,3 +431,19 @@ def test_embedding_layers_of_other_libraries_with_a_flexible_batch(lib):
                                    atol=2e-5)
         _close_trees(g(params, tok), jax.jit(jax.grad(loss))(params, tok), rtol=1e-4,
                      atol=1e-5)
+
+
+def test_embedding_with_two_flexible_index_dims():
+    """Batch and sequence both flexible: the depth-1 index is squeezed, not reshaped."""
+    fn = lambda t, i: jnp.take(t, i, axis=0) * 2.0  # noqa: E731
+    loss = lambda t, i: jnp.sum(jnp.sin(fn(t, i)))  # noqa: E731
+    flex = {"i": {0: (1, 64), 1: (1, 16)}}
+    f = rlxjax.coreml_jit(fn, backend="reference", flexible=flex)
+    g = rlxjax.coreml_grad(loss, backend="reference", flexible=flex)
+    for n, m in ((1, 1), (3, 5), (64, 16)):
+        i = np.random.default_rng(n).integers(0, 20, (n, m)).astype(np.int32)
+        np.testing.assert_allclose(f(_T, i), jax.jit(fn)(_T, i), rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(g(_T, i), jax.jit(jax.grad(loss))(_T, i), rtol=1e-4,
+                                   atol=1e-5)
+    (compiled,) = f._cache.values()
+    compiled.validate()
