@@ -25,6 +25,18 @@ class DynamicShapeError(RlxError, ValueError):
     """A dimension unknown at compile time reached the Core ML lowering."""
 
 
+#: RLX ops named differently from the JAX primitive they come from (errors name the latter)
+JAX_NAMES = {"convert": "convert_element_type", "select": "select_n", "gather_nd": "gather",
+             "scatter_nd": "scatter", "conv": "conv_general_dilated", "while": "while_loop"}
+
+
+def op_label(op: str) -> str:
+    """An RLX op as an error names it: its JAX primitive, and the RLX op when that differs
+    (``gather (RLX op gather_nd)``)."""
+    jax_name = JAX_NAMES.get(op, op)
+    return jax_name if jax_name == op else f"{jax_name} (RLX op {op})"
+
+
 class UnsupportedDTypeError(RlxError, TypeError):
     """A dtype with no Core ML counterpart (int64, float64, complex, ...)."""
 

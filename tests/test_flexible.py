@@ -245,3 +245,205 @@ def test_enumerated_sizes(tmp_path):
                            flexible={"x": {0: [1, 2]}, "y": {0: [1, 2]}})
     np.testing.assert_array_equal(ok(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)),
                                   np.full((2, 3), 2, np.float32))
+
+
+# -- gathers on a flexible batch of indices (token models) ------------------------------
+_V, _L = 30, 6
+
+
+def _token_lm():
+    import flax.linen as nn
+    import optax
+
+    class LM(nn.Module):  # Embed -> Dense -> logits
+        @nn.compact
+        def __call__(self, tok):
+            return nn.Dense(_V)(jnp.tanh(nn.Embed(_V, 8)(tok)))
+
+    model = LM()
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((2, _L), jnp.int32))
+
+    def loss(p, tok, tgt):  # take_along_axis of the flexible-batch logits
+        return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, tok), tgt).mean()
+
+    return model, params, loss
+
+
+def _tokens(rng, n):
+    return (rng.integers(0, _V, (n, _L)).astype(np.int32),
+            rng.integers(0, _V, (n, _L)).astype(np.int32))
+
+
+def _close_trees(got, want, **tol):
+    got, want = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(g, w, **tol)
+
+
+def test_token_lm_forward_and_grad_with_a_flexible_batch():
+    """nn.Embed is a gather of a static table at flexible-batch token indices; its
+    gradient a scatter-add of flexible-batch updates into the table; the loss a
+    take_along_axis of flexible-batch logits: one program each, at batch 1, 7 and 64."""
+    model, params, loss = _token_lm()
+    fwd = lambda p, tok: model.apply(p, tok)  # noqa: E731
+    flex = {"tok": {0: (1, 64)}, "tgt": {0: (1, 64)}}
+    f = rlxjax.coreml_jit(fwd, backend="reference", flexible={"tok": {0: (1, 64)}})
+    g = rlxjax.coreml_grad(loss, backend="reference", flexible=flex)
+    rng = np.random.default_rng(5)
+    jgrad = jax.jit(jax.grad(loss))
+    for n in (1, 7, 64):
+        tok, tgt = _tokens(rng, n)
+        np.testing.assert_allclose(f(params, tok), jax.jit(fwd)(params, tok),
+                                   rtol=2e-5, atol=2e-5)
+        _close_trees(g(params, tok, tgt), jgrad(params, tok, tgt),
+                     rtol=1e-4, atol=1e-6)
+    assert len(f._cache) == 1 and len(g._cache) == 1
+    for compiled in (*f._cache.values(), *g._cache.values()):
+        compiled.validate()  # coremltools' MIL loader
+
+
+def test_token_lm_train_step_with_a_flexible_batch():
+    import optax
+
+    _, params, loss = _token_lm()
+    opt = optax.adam(1e-2)
+    step = rlxjax.coreml_train_step(loss, opt, backend="reference",
+                                    flexible={"tok": {0: (1, 64)}, "tgt": {0: (1, 64)}})
+    state, jp, js = step.init(params), params, opt.init(params)
+
+    @jax.jit
+    def jstep(p, s, tok, tgt):
+        value, grads = jax.value_and_grad(loss)(p, tok, tgt)
+        updates, s = opt.update(grads, s, p)
+        return optax.apply_updates(p, updates), s, value
+
+    rng = np.random.default_rng(6)
+    for n in (1, 7, 64):
+        tok, tgt = _tokens(rng, n)
+        state, value = step(state, tok, tgt)
+        jp, js, want = jstep(jp, js, tok, tgt)
+        np.testing.assert_allclose(value, want, rtol=2e-5)
+    assert len(step._programs) == 1
+    _close_trees(step.params(state), jp, rtol=1e-4, atol=1e-6)
+
+
+_T = np.random.default_rng(7).standard_normal((20, 8)).astype(np.float32)
+_GATHERS = {  # fn(table, x, idx), flexible batch of x and idx
+    "take": lambda t, x, i: jnp.take(t, i[:, 0], axis=0) * x[:, :1],
+    "take_3d": lambda t, x, i: t[i].sum(axis=1) + x,
+    "take_clip": lambda t, x, i: jnp.take(t, i[:, 0] * 3 - 5, axis=0, mode="clip") + x,
+    "take_fill": lambda t, x, i: jnp.take(t, i[:, 0] * 3 - 5, axis=0, mode="fill",
+                                          fill_value=0.5) + x,
+    "columns": lambda t, x, i: x[:, jnp.array([0, 2, 5])] * t[0, :3],
+    "take_along_axis": lambda t, x, i: jnp.take_along_axis(x * t[1], i % 8, axis=1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_GATHERS))
+@settings(max_examples=1, deadline=None)
+@given(n=st.integers(1, 9), seed=st.integers(0, 99))
+def test_gathers_with_a_flexible_index_batch(name, n, seed):
+    """Forward and gradient (w.r.t. the static table and the flexible-batch x)."""
+    fn = _GATHERS[name]
+    loss = lambda t, x, i: jnp.sum(jnp.sin(fn(t, x, i)))  # noqa: E731
+    flex = {1: {0: (1, 16)}, 2: {0: (1, 16)}}
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 8)).astype(np.float32)
+    i = rng.integers(0, 20, (n, 3)).astype(np.int32)
+    got = rlxjax.coreml_jit(fn, backend="reference", flexible=flex)(_T, x, i)
+    np.testing.assert_allclose(got, jax.jit(fn)(_T, x, i), rtol=2e-5, atol=2e-5)
+    grad = rlxjax.coreml_grad(loss, argnums=(0, 1), backend="reference", flexible=flex)
+    _close_trees(grad(_T, x, i), jax.jit(jax.grad(loss, argnums=(0, 1)))(_T, x, i),
+                 rtol=1e-4, atol=1e-5)
+
+
+def test_flexible_refusals_name_the_jax_primitive_without_python_internals():
+    (b,) = export.symbolic_shape("b")
+    x = jax.ShapeDtypeStruct((b, 8), jnp.float32)
+    for fn, prim in ((lambda x: jnp.take(x, jnp.array([0, 2]), axis=0), "gather"),
+                     (lambda x: jnp.sort(x, axis=0), "sort")):
+        with pytest.raises(DynamicShapeError, match=rf"^{prim} at .*test_flexible.py") as e:
+            rlxjax.coreml_jit(fn).lower(x).compile()
+        assert "Dyn" not in str(e.value) and "int()" not in str(e.value)
+        assert "unsupported operand" not in str(e.value)
+
+
+@pytest.mark.slow  # ~17 s: the gradient program of a transformer LM
+def test_causal_attention_lm_with_a_flexible_batch():
+    """A decoder LM (embedding + positions, causal self-attention, MLP, LayerNorms, tied
+    cross-entropy over token targets): forward and gradient at batch 1, 7 and 64."""
+    import flax.linen as nn
+    import optax
+
+    class LM(nn.Module):
+        @nn.compact
+        def __call__(self, tok):
+            h = nn.Embed(_V, 16)(tok) + self.param("pos", nn.initializers.normal(0.02),
+                                                   (_L, 16))
+            att = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=16)
+            h = h + att(nn.LayerNorm()(h), mask=nn.make_causal_mask(tok))
+            h = h + nn.Dense(16)(nn.gelu(nn.Dense(32)(nn.LayerNorm()(h))))
+            return nn.Dense(_V)(nn.LayerNorm()(h))
+
+    model = LM()
+    params = model.init(jax.random.PRNGKey(1), jnp.zeros((2, _L), jnp.int32))
+    fwd = lambda p, tok: model.apply(p, tok)  # noqa: E731
+
+    def loss(p, tok, tgt):
+        return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, tok), tgt).mean()
+
+    f = rlxjax.coreml_jit(fwd, backend="reference", flexible={"tok": {0: (1, 64)}})
+    g = rlxjax.coreml_grad(loss, backend="reference",
+                           flexible={"tok": {0: (1, 64)}, "tgt": {0: (1, 64)}})
+    rng, jgrad = np.random.default_rng(8), jax.jit(jax.grad(loss))
+    for n in (1, 7, 64):
+        tok, tgt = _tokens(rng, n)
+        np.testing.assert_allclose(f(params, tok), jax.jit(fwd)(params, tok),
+                                   rtol=1e-4, atol=2e-5)
+        _close_trees(g(params, tok, tgt), jgrad(params, tok, tgt), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lib", ["nnx", "equinox"])
+def test_embedding_layers_of_other_libraries_with_a_flexible_batch(lib):
+    if lib == "nnx":
+        from flax import nnx
+
+        layer = nnx.Embed(_V, 8, rngs=nnx.Rngs(0))
+        graphdef, state = nnx.split(layer)
+        fn = lambda s, tok: nnx.merge(graphdef, s)(tok)  # noqa: E731
+        params = state
+    else:
+        eqx = pytest.importorskip("equinox")
+
+        layer = eqx.nn.Embedding(_V, 8, key=jax.random.PRNGKey(0))
+        params, static = eqx.partition(layer, eqx.is_array)
+        fn = lambda p, tok: jax.vmap(jax.vmap(eqx.combine(p, static)))(tok)  # noqa: E731
+    loss = lambda p, tok: jnp.sum(jnp.sin(fn(p, tok)))  # noqa: E731
+    f = rlxjax.coreml_jit(fn, backend="reference", flexible={"tok": {0: (1, 64)}})
+    g = rlxjax.coreml_grad(loss, backend="reference", flexible={"tok": {0: (1, 64)}})
+    rng = np.random.default_rng(9)
+    for n in (1, 7, 64):
+        tok, _ = _tokens(rng, n)
+        np.testing.assert_allclose(f(params, tok), jax.jit(fn)(params, tok), rtol=2e-5,
+                                   atol=2e-5)
+        _close_trees(g(params, tok), jax.jit(jax.grad(loss))(params, tok), rtol=1e-4,
+                     atol=1e-5)
+
+
+def test_embedding_with_two_flexible_index_dims():
+    """Batch and sequence both flexible: the depth-1 index is squeezed, not reshaped."""
+    fn = lambda t, i: jnp.take(t, i, axis=0) * 2.0  # noqa: E731
+    loss = lambda t, i: jnp.sum(jnp.sin(fn(t, i)))  # noqa: E731
+    flex = {"i": {0: (1, 64), 1: (1, 16)}}
+    f = rlxjax.coreml_jit(fn, backend="reference", flexible=flex)
+    g = rlxjax.coreml_grad(loss, backend="reference", flexible=flex)
+    for n, m in ((1, 1), (3, 5), (64, 16)):
+        i = np.random.default_rng(n).integers(0, 20, (n, m)).astype(np.int32)
+        np.testing.assert_allclose(f(_T, i), jax.jit(fn)(_T, i), rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(g(_T, i), jax.jit(jax.grad(loss))(_T, i), rtol=1e-4,
+                                   atol=1e-5)
+    (compiled,) = f._cache.values()
+    compiled.validate()

@@ -17,7 +17,7 @@ import numpy as np
 from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 
 from .._version import __version__
-from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
+from ..errors import JAX_NAMES, DynamicShapeError, RlxError, UnsupportedPrimitiveError, op_label
 from ..ir import DType, Dyn, Graph, Node, TensorType, verify
 from . import rules, smallint  # noqa: F401  (registers the lowerings)
 from .builder import MilBuilder, Var, cast_name, value_type
@@ -85,9 +85,7 @@ def _io_dtype(d: DType, target: Target) -> DType:
     return DType.f32 if d.is_float else DType.i32
 
 
-#: RLX ops named differently from the JAX primitive they come from (errors name the latter)
-_JAX_NAMES = {"convert": "convert_element_type", "select": "select_n", "gather_nd": "gather",
-              "scatter_nd": "scatter", "conv": "conv_general_dilated", "while": "while_loop"}
+_JAX_NAMES = JAX_NAMES  # RLX op -> the JAX primitive errors name (rlxjax/errors.py)
 
 
 class LowerContext:
@@ -158,7 +156,7 @@ def _check_static(graph: Graph) -> None:
         for v in n.outputs:
             if not v.type.is_static:
                 where = f" at {n.source}" if n.source else ""
-                raise DynamicShapeError(f"{n.op}{where} produces a dynamic shape {v.type}; "
+                raise DynamicShapeError(f"{op_label(n.op)}{where} produces a dynamic shape {v.type}; "
                                         "Core ML lowering needs static shapes.")
 
 

@@ -19,7 +19,7 @@ from typing import Dict, Tuple
 import numpy as np
 from coremltools.proto import FeatureTypes_pb2
 
-from ..errors import DynamicShapeError
+from ..errors import DynamicShapeError, RlxError, op_label
 from ..ir import DType, Dyn, TensorType
 from ..ir.symbolic import eval_dim, parse_dim
 from .registry import lowering
@@ -120,7 +120,8 @@ class FlexDims:
 
 # -- runtime-shape lowerings of the ops that read dim sizes --------------------------------
 def _where(node) -> str:
-    return f" (in {node.op} at {node.source})" if node.source else f" (in {node.op})"
+    op = op_label(node.op)
+    return f" (in {op} at {node.source})" if node.source else f" (in {op})"
 
 
 @lowering("dim_size")
@@ -221,7 +222,26 @@ def _select(ctx, node, pred, on_false, on_true):
     return select(ctx.b, t, pred, on_true, on_false)
 
 
-FLEXIBLE = {"select": _select, "reshape": _reshape, "broadcast_in_dim": _broadcast_in_dim,
+def _gather_nd(ctx, node, x, idx):
+    """rules/indexing.py's gather_nd on indices with flexible (batch) dims: MIL's gather /
+    gather_nd take the indices at their runtime shape; the depth-1 index is dropped with
+    a -1 reshape (or squeeze) instead of a constant shape."""
+    from .rules.common import bool_as_int32, restore_bool
+
+    b, t = ctx.b, ctx.out_type(node)
+    xi = bool_as_int32(b, x)
+    if idx.shape[-1] == 1 and idx.type.rank >= 2:
+        flat = ctx.flex.reshape(idx, idx.shape[:-1], _where(node)) if sum(
+            isinstance(d, Dyn) for d in idx.shape) <= 1 else b.op(
+            "squeeze", TensorType(tuple(idx.shape[:-1]), idx.dtype), x=idx,
+            axes=np.asarray([-1], np.int32))
+        y = b.op("gather", t.with_dtype(xi.dtype), x=xi, indices=flat, axis=np.int32(0))
+    else:
+        y = b.op("gather_nd", t.with_dtype(xi.dtype), x=xi, indices=idx)
+    return restore_bool(b, y, t.dtype)
+
+
+FLEXIBLE = {"select": _select, "gather_nd": _gather_nd, "reshape": _reshape, "broadcast_in_dim": _broadcast_in_dim,
             "slice": _slice, "dot_general": _dot_general}
 
 
@@ -233,8 +253,11 @@ def lower_flexible(ctx, node, fn, ins):
         return own(ctx, node, *ins)
     try:
         return fn(ctx, node, *ins)
-    except (TypeError, ValueError) as e:  # a Dyn met int arithmetic or a constant shape
-        raise flexible_error(node, str(e)) from None
+    except RlxError:  # says what is wrong already
+        raise
+    except (TypeError, ValueError):  # a Dyn met int arithmetic or a constant shape: the
+        # Python message ("int() argument must be ... not 'Dyn'") says nothing to the user
+        raise flexible_error(node) from None
 
 
 def flexible_error(node, detail: str = "") -> DynamicShapeError:
@@ -244,7 +267,7 @@ def flexible_error(node, detail: str = "") -> DynamicShapeError:
                  if isinstance(d, Dyn)]
     where = f" at {node.source}" if node.source else ""
     return DynamicShapeError(
-        f"{node.op}{where} cannot be lowered with a flexible dimension ({axes[0] if axes else '?'}"
+        f"{op_label(node.op)}{where} cannot be lowered with a flexible dimension ({axes[0] if axes else '?'}"
         f"): its Core ML lowering needs that size at compile time{f' ({detail})' if detail else ''}. "
         "Keep that axis static (a concrete size, or enumerated sizes: one program each), or "
         "restructure so the op does not depend on it.")

@@ -21,7 +21,7 @@ from typing import Dict, Tuple
 import jax
 
 from .. import _jax_compat as jc
-from ..errors import DynamicShapeError
+from ..errors import DynamicShapeError, RlxError
 from ..ir import Dyn
 from .registry import rule
 
@@ -92,9 +92,13 @@ def refuse_if_symbolic(ctx, eqn, inputs, exc) -> None:
         for axis, d in enumerate(getattr(t, "shape", ())):
             if isinstance(d, Dyn) or (not isinstance(d, int) and jc.is_symbolic_dim(d)):
                 where = f" at {ctx.source}" if ctx.source else ""
+                # an rlxjax error's text is for the user; a Python one's
+                # ("unsupported operand type(s) for -: 'Dyn' and 'int'") is not
+                why = (f" ({str(exc).splitlines()[0]})" if isinstance(exc, RlxError)
+                       and str(exc) else "")
                 raise DynamicShapeError(
                     f"{eqn.primitive.name}{where} does not support the flexible dimension "
-                    f"'{d}' (axis {axis} of {t}) ({type(exc).__name__}: "
-                    f"{str(exc).splitlines()[0] if str(exc) else ''}). Keep that axis "
+                    f"'{d}' (axis {axis} of {t}){why}: its translation needs that size at "
+                    "compile time. Keep that axis "
                     "static (a concrete size), or express the computation with ops that "
                     "do not depend on its size (docs/flexible.md).") from exc

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
+from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError, op_label
 from ..ir import Graph, TensorType, Value, verify
 from ..ir.builder import Builder
 from . import vjp  # noqa: F401  (registers the rules)
@@ -120,10 +120,13 @@ def backward_seeded(graph: Graph, seeds: Sequence[Tuple[Value, Optional[Value]]]
             except (TypeError, ValueError) as e:  # a rule met a flexible dim (docs/flexible.md)
                 if all(v.type.is_static for v in node.inputs + node.outputs):
                     raise
-                raise DynamicShapeError(
-                    f"the gradient of {node.op} at {node.source} does not support its "
-                    f"flexible dimension ({', '.join(map(str, (v.type for v in node.inputs)))})"
-                    f": {e}. Keep that axis static (docs/flexible.md).") from None
+                if isinstance(e, RlxError):
+                    raise
+                raise DynamicShapeError(  # e's text is Python's, not for the user
+                    f"the gradient of {op_label(node.op)} at {node.source} does not support "
+                    f"its flexible dimension "
+                    f"({', '.join(map(str, (v.type for v in node.inputs)))}): it needs that "
+                    "size at compile time. Keep that axis static (docs/flexible.md).") from None
             for v, c, need in zip(node.inputs, in_cts, needs):
                 if c is None or not need:
                     continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
-from ....ir import DType, constant_value
+from ....ir import DType, Dyn, constant_value
 
 Mode = lax.GatherScatterMode
 
@@ -50,8 +50,23 @@ def with_batch_iotas(ctx, idx, ib):
     if not ib:
         return idx
     bshape = tuple(idx.shape[:-1])
-    parts = [ctx.constant(iota(bshape, d)[..., None]) for d in ib]
+    if any(isinstance(d, Dyn) for d in bshape):  # a flexible batch (docs/flexible.md)
+        parts = [_flexible_iota(ctx, bshape + (1,), d) for d in ib]
+    else:
+        parts = [ctx.constant(iota(bshape, d)[..., None]) for d in ib]
     return ctx.add("concatenate", *parts, idx, axis=len(bshape))
+
+
+def _flexible_iota(ctx, shape, axis):
+    """int32 of a shape with flexible dims counting along ``axis``: a constant ramp
+    broadcast to it (static axis), or a running count of ones minus one (a flexible axis:
+    no constant has its length)."""
+    if not isinstance(shape[axis], Dyn):
+        return ctx.broadcast(ctx.constant(np.arange(shape[axis], dtype=np.int32)), shape,
+                             (axis,))
+    ones = ctx.broadcast(ctx.constant(np.int32(1)), shape, ())
+    count = ctx.add("cumsum", ones, axis=axis, reverse=False)
+    return ctx.add("sub", count, ctx.constant(np.int32(1)))
 
 
 def dnums_str(dn) -> str:
