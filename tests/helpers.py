@@ -72,6 +72,34 @@ def jax_loop(loss, opt, params, batch, steps):
     return p, losses
 
 
+def jax_masked_loop(full, flags, loss_fn, optimizer, steps, batches):
+    """JAX + optax on the leaves of ``full`` where ``flags`` (one per leaf) is True, the
+    others fixed at their values in ``full`` (the reference of a ``trainable=`` step):
+    (the loss of every step, the whole trained tree). Batches are cycled."""
+    import jax.numpy as jnp
+    import optax
+
+    leaves, treedef = jax.tree.flatten(full)
+    trained = [jnp.asarray(x) for x, m in zip(leaves, flags) if m]
+
+    def merged(t):
+        it = iter(t)
+        return jax.tree.unflatten(treedef, [next(it) if m else x
+                                            for x, m in zip(leaves, flags)])
+
+    @jax.jit
+    def step(trained, opt_state, x, y):
+        loss, g = jax.value_and_grad(lambda t: loss_fn(merged(t), x, y))(trained)
+        updates, opt_state = optimizer.update(g, opt_state, trained)
+        return optax.apply_updates(trained, updates), opt_state, loss
+
+    opt_state, out = optimizer.init(trained), []
+    for i in range(steps):
+        trained, opt_state, loss = step(trained, opt_state, *batches[i % len(batches)])
+        out.append(float(loss))
+    return out, merged(trained)
+
+
 def load_tool(name: str):
     """The module ``tools/<name>.py`` (tools/ is no package): for tests of the tools."""
     import importlib.util

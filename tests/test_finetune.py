@@ -11,6 +11,7 @@ import optax
 import pytest
 
 import rlxjax
+from helpers import jax_masked_loop
 from rlxjax.errors import ArgumentError, TargetError
 
 
@@ -37,25 +38,7 @@ def _jax_losses(full, mask_tree, optimizer, batches, steps, loss_fn=_loss):
     """The same split in JAX + optax: grads of the trainable leaves only, the frozen ones
     fixed at their values in ``full``."""
     flags = jax.tree.leaves(jax.tree.broadcast(mask_tree, full))
-    leaves, treedef = jax.tree.flatten(full)
-    trained = [x for x, m in zip(leaves, flags) if m]
-
-    def merged(t):
-        it = iter(t)
-        return jax.tree.unflatten(treedef, [next(it) if m else x
-                                            for x, m in zip(leaves, flags)])
-
-    @jax.jit
-    def step(trained, opt_state, x, y):
-        loss, g = jax.value_and_grad(lambda t: loss_fn(merged(t), x, y))(trained)
-        updates, opt_state = optimizer.update(g, opt_state, trained)
-        return optax.apply_updates(trained, updates), opt_state, loss
-
-    opt_state, out = optimizer.init(trained), []
-    for i in range(steps):
-        trained, opt_state, loss = step(trained, opt_state, *batches[i % len(batches)])
-        out.append(float(loss))
-    return out, merged(trained)
+    return jax_masked_loop(full, flags, loss_fn, optimizer, steps, batches)
 
 
 @pytest.mark.parametrize("mask", [{"body": False, "head": True},    # train the head

@@ -15,6 +15,7 @@ import optax
 import pytest
 
 import rlxjax
+from helpers import jax_masked_loop
 from rlxjax import lora
 from rlxjax.errors import ArgumentError
 
@@ -26,25 +27,7 @@ BATCHES = [(RNG.normal(size=(8, 6)).astype(np.float32),
 def _masked_jax_loop(full, flags, loss_fn, optimizer, steps, batches=BATCHES):
     """JAX + optax on the leaves of ``full`` where ``flags`` (one per leaf) is True, the
     others fixed at their values in ``full``: (losses, the whole trained tree)."""
-    leaves, treedef = jax.tree.flatten(full)
-    trained = [jnp.asarray(x) for x, m in zip(leaves, flags) if m]
-
-    def merged(t):
-        it = iter(t)
-        return jax.tree.unflatten(treedef, [next(it) if m else x
-                                            for x, m in zip(leaves, flags)])
-
-    @jax.jit
-    def step(trained, opt_state, x, y):
-        loss, g = jax.value_and_grad(lambda t: loss_fn(merged(t), x, y))(trained)
-        updates, opt_state = optimizer.update(g, opt_state, trained)
-        return optax.apply_updates(trained, updates), opt_state, loss
-
-    opt_state, out = optimizer.init(trained), []
-    for i in range(steps):
-        trained, opt_state, loss = step(trained, opt_state, *batches[i % len(batches)])
-        out.append(float(loss))
-    return out, merged(trained)
+    return jax_masked_loop(full, flags, loss_fn, optimizer, steps, batches)
 
 
 def _lora_flags(tree):
@@ -383,27 +366,10 @@ def test_trained_adapters_alone_go_to_safetensors_and_back(tmp_path):
     whole = load_file(step.export_params(st, tmp_path / "all.safetensors"))
     assert "l1/kernel/value" in whole  # the whole tree, the base dequantised
     np.testing.assert_array_equal(whole["l1/kernel/value"], step.params(st)["l1"]["kernel"])
-
-
-def test_whole_tree_file_loads_back_and_another_base_is_refused(tmp_path):
-    """export_params's default (the whole tree) reads back into a trainable= step when its
-    frozen tensors are the step's base; a file trained on another base is refused."""
-    from flax import nnx
-
-    graphdef, params = _nnx_split()
-
-    def loss(p, x, y):
-        return jnp.mean((nnx.merge(graphdef, p)(x) - y) ** 2)
-
-    step = rlxjax.coreml_train_step(loss, optax.adam(1e-2), trainable=nnx.LoRAParam,
-                                    compress="int8", backend="reference")
-    st = step.init(params)
-    st, _ = step(st, *BATCHES[0])
-    path = step.export_params(st, tmp_path / "all.safetensors")
-    back = step.load_params(path, step.init(params))
+    # the whole tree reads back too (its frozen tensors are this step's base) ...
+    back = step.load_params(tmp_path / "all.safetensors", step.init(params))
     jax.tree.map(np.testing.assert_array_equal, back.params, st.params)
-    other = jax.tree.map(lambda x: np.asarray(x) + 1.0, params)  # another base
-    step2 = rlxjax.coreml_train_step(loss, optax.adam(1e-2), trainable=nnx.LoRAParam,
-                                     compress="int8", backend="reference")
+    # ... but not into a step on another base
+    other = jax.tree.map(lambda x: np.asarray(x) + 1.0, params)
     with pytest.raises(rlxjax.ArgumentError, match="frozen weight of this step"):
-        step2.load_params(path, step2.init(other))
+        step.load_params(tmp_path / "all.safetensors", step.init(other))
