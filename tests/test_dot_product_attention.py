@@ -1,0 +1,60 @@
+"""jax.nn.dot_product_attention (implementation='xla') and so nnx.MultiHeadAttention: the
+softmax that subtracts the max of the untransposed scores from a transposed copy is
+recognised as one fused softmax (transforms/recognize_activations.py, ``_transposed_max``);
+forward and gradient agree with JAX."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rlxjax
+from helpers import TEST_BACKEND, assert_tree_close
+
+TOL = dict(rtol=2e-5, atol=2e-6)  # fp32 vs XLA's fp32: other association of the same sums
+
+
+def _compile(fun, args, grad=False, argnums=0):
+    f = (rlxjax.coreml_grad(fun, argnums=argnums, target="iOS18", backend=TEST_BACKEND)
+         if grad else rlxjax.coreml_jit(fun, target="iOS18", backend=TEST_BACKEND))
+    c = f.lower(*args).compile()
+    c.validate()
+    return c
+
+
+def _check(fun, args, argnums):
+    c = _compile(fun, args)
+    hist = c.graph.op_histogram()
+    assert hist.get("softmax") == 1 and "exp" not in hist, hist
+    assert_tree_close(c(*args), jax.jit(fun)(*args), **TOL)
+
+    def loss(*a):
+        y = fun(*a)
+        return jnp.sum(y * jnp.cos(jnp.arange(y.size).reshape(y.shape)))
+
+    g = _compile(loss, args, grad=True, argnums=argnums)
+    assert "softmax_grad" in g.graph.op_histogram()
+    assert_tree_close(g(*args), jax.grad(loss, argnums=argnums)(*args), **TOL)
+
+
+@settings(max_examples=3, deadline=None)
+@given(dims=st.tuples(*[st.integers(1, 4)] * 5), causal=st.booleans(),
+       seed=st.integers(0, 50))
+def test_dot_product_attention_softmax_is_fused(dims, causal, seed):
+    b, L, S, h, e = dims
+    r = np.random.default_rng(seed)
+    q = r.standard_normal((b, L, h, e)).astype(np.float32)
+    k, v = (r.standard_normal((b, S, h, e)).astype(np.float32) for _ in range(2))
+    f = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    _check(f, (q, k, v), (0, 1, 2))
+
+
+def test_nnx_multi_head_attention_softmax_is_fused():
+    x = np.random.default_rng(1).standard_normal((2, 5, 16)).astype(np.float32)
+    m = nnx.MultiHeadAttention(num_heads=4, in_features=16, decode=False, rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(m)
+    f = lambda s, x: nnx.merge(graphdef, s)(x)  # noqa: E731
+    _check(f, (state, x), 0)
