@@ -1,7 +1,8 @@
 """jax.nn.dot_product_attention (implementation='xla') and so nnx.MultiHeadAttention: the
 softmax that subtracts the max of the untransposed scores from a transposed copy is
-recognised as one fused softmax (transforms/recognize_activations.py, ``_transposed_max``);
-forward and gradient agree with JAX."""
+recognised as one fused softmax (transforms/recognize_activations.py, ``_transposed_max``)
+and, without a mask, the whole attention as the fused op in dot_product_attention's layout
+(transforms/attention_layouts.py); forward and gradient agree with JAX."""
 from __future__ import annotations
 
 import jax
@@ -25,10 +26,13 @@ def _compile(fun, args, grad=False, argnums=0):
     return c
 
 
-def _check(fun, args, argnums):
+def _check(fun, args, argnums, fused):
     c = _compile(fun, args)
     hist = c.graph.op_histogram()
-    assert hist.get("softmax") == 1 and "exp" not in hist, hist
+    assert hist.get(fused) == 1 and "exp" not in hist, hist
+    if fused == "attention":
+        assert "softmax" not in hist, hist
+        assert "scaled_dot_product_attention" in [op.type for op in c.mil_ops()]
     assert_tree_close(c(*args), jax.jit(fun)(*args), **TOL)
 
     def loss(*a):
@@ -36,7 +40,7 @@ def _check(fun, args, argnums):
         return jnp.sum(y * jnp.cos(jnp.arange(y.size).reshape(y.shape)))
 
     g = _compile(loss, args, grad=True, argnums=argnums)
-    assert "softmax_grad" in g.graph.op_histogram()
+    assert fused + "_grad" in g.graph.op_histogram()
     assert_tree_close(g(*args), jax.grad(loss, argnums=argnums)(*args), **TOL)
 
 
@@ -49,12 +53,14 @@ def test_dot_product_attention_softmax_is_fused(dims, causal, seed):
     q = r.standard_normal((b, L, h, e)).astype(np.float32)
     k, v = (r.standard_normal((b, S, h, e)).astype(np.float32) for _ in range(2))
     f = lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    _check(f, (q, k, v), (0, 1, 2))
+    # a boolean (causal) mask is applied through ``where``: the softmax is fused, the
+    # attention stays decomposed
+    _check(f, (q, k, v), (0, 1, 2), "softmax" if causal else "attention")
 
 
-def test_nnx_multi_head_attention_softmax_is_fused():
+def test_nnx_multi_head_attention_is_fused():
     x = np.random.default_rng(1).standard_normal((2, 5, 16)).astype(np.float32)
     m = nnx.MultiHeadAttention(num_heads=4, in_features=16, decode=False, rngs=nnx.Rngs(0))
     graphdef, state = nnx.split(m)
     f = lambda s, x: nnx.merge(graphdef, s)(x)  # noqa: E731
-    _check(f, (state, x), 0)
+    _check(f, (state, x), 0, "attention")

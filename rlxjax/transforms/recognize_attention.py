@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from ..ir import Graph, Value, verify
+from .attention_layouts import build_general, match_general
 from .recognize_activations import _split
 from .rewrite import Appender, dce, substitute
 
@@ -85,15 +86,22 @@ def _match(d2) -> Optional[dict]:
             continue
         r = p_val.type.rank
         nb = r - 2
+        general = match_general(d2, pn, p_val, v, pb, pc, vb, vc, p_lhs, _unscaled)
         if nb < 1 or pn.params["axis"] != r - 1:
+            if general is not None:
+                return general
             continue
         if tuple(pb) != tuple(range(nb)) or tuple(pc) != (nb + 1,) or len(vc) != 1:
+            if general is not None:
+                return general
             continue
         v_free = _free(v.type.rank, vb, vc)
         if len(v_free) != 1 or v.type.rank != r:
             continue
         scores = _scores(pn.inputs[0], nb)
         if scores is None:
+            if general is not None:
+                return general
             continue
         return dict(scores, v=v, v_perm=tuple(vb) + (vc[0], v_free[0]), p_lhs=p_lhs, nb=nb,
                     out_type=d2.output.type)
@@ -143,6 +151,8 @@ def _std(app, v: Value, perm) -> Value:
 
 
 def _build(app, m) -> Value:
+    if m.get("general"):
+        return build_general(app, m, _std)
     q, k, v = (_std(app, m[n], m[n + "_perm"]) for n in ("q", "k", "v"))
     ins = [q, k, v] + ([m["mask"]] if m["mask"] is not None else [])
     out = app.add("attention", *ins, scale=float(m["scale"]), has_mask=m["mask"] is not None)
