@@ -64,3 +64,20 @@ def test_nnx_multi_head_attention_is_fused():
     graphdef, state = nnx.split(m)
     f = lambda s, x: nnx.merge(graphdef, s)(x)  # noqa: E731
     _check(f, (state, x), 0, "attention")
+
+
+def test_grouped_heads_and_bias_stay_correct():
+    """Grouped-query attention (two free dims of q larger than 1) and an additive ``bias``
+    are not fused as attention (the softmax is); the programs agree with JAX."""
+    r = np.random.default_rng(3)
+    q = r.standard_normal((2, 3, 4, 8)).astype(np.float32)
+    k, v = (r.standard_normal((2, 5, 2, 8)).astype(np.float32) for _ in range(2))
+    bias = r.standard_normal((2, 4, 3, 5)).astype(np.float32)
+    kv = r.standard_normal((2, 5, 4, 8)).astype(np.float32)
+    for f, args in ((jax.nn.dot_product_attention, (q, k, v)),
+                    (lambda q, k, v, b: jax.nn.dot_product_attention(q, k, v, bias=b),
+                     (q, kv, kv, bias))):
+        c = _compile(f, args)
+        hist = c.graph.op_histogram()
+        assert "attention" not in hist and hist.get("softmax") == 1, hist
+        assert_tree_close(c(*args), jax.jit(f)(*args), **TOL)

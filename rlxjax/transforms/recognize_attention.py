@@ -13,8 +13,10 @@ with ``c_q``, ``c_k``, ``c`` scalar constants (their product is the op's ``scale
 divides q by sqrt(depth), a hand-written block divides the scores) and ``mask`` a float of
 the scores' dtype added to them. q, k and v are transposed to the op's layout
 ([batch..., L, E], [batch..., S, E], [batch..., S, EV]) and the result back to the layout
-the second dot_general produced. Everything else (a boolean mask through ``select``, a
-softmax over another axis, a batch dim of v paired differently) stays as it is.
+the second dot_general produced. jax.nn.dot_product_attention's layout (scores transposed
+before the softmax, a size-1 query-group dim, no mask) is matched by attention_layouts.py.
+Everything else (a boolean mask through ``select``, a softmax over another axis, a batch
+dim of v paired differently, grouped-query attention) stays as it is.
 """
 from __future__ import annotations
 
