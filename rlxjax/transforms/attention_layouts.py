@@ -6,7 +6,8 @@ jax.nn.dot_product_attention (implementation='xla', so also nnx.MultiHeadAttenti
     P      = softmax(transpose(scores), last axis)                 -> [1, B, N, L, S]
     out    = dot_general(v, P)                                     -> [B, N, EV, 1, L]
 
-so the probabilities carry size-1 free dims (the query-group dim of grouped attention) and
+(with is_causal, ``where(mask, transpose(scores), fill)``: attention_masks.py) so the
+probabilities carry size-1 free dims (the query-group dim of grouped attention) and
 are a transposed copy of the scores. ``match_general`` labels every dim of the second
 dot_general's operand P by where it comes from in the first dot_general (a batch dim, the
 key dim S, a free dim of q) and accepts the pattern when P contracts S with v, pairs all of
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from ..ir import Value
+from .attention_masks import additive_mask
 
 
 def _free(rank, batch, contract):
@@ -35,6 +39,13 @@ def match_general(d2, pn, p_val, v, pb, pc, vb, vc, p_lhs, unscaled) -> Optional
     if len(v_free) != 1:
         return None
     x = pn.inputs[0]
+    mask = None
+    if x.node is not None and x.node.op == "select":  # is_causal: where(mask, transpose(s))
+        where = additive_mask(x, x.shape)
+        if where is None:
+            return None
+        x, mask = where
+        mask = np.broadcast_to(mask, tuple(x.shape))
     if x.node is not None and x.node.op == "transpose":
         s_in, tperm = x.node.inputs[0], tuple(x.node.params["perm"])
     else:
@@ -72,7 +83,11 @@ def match_general(d2, pn, p_val, v, pb, pc, vb, vc, p_lhs, unscaled) -> Optional
     # labels of the second dot_general's output dims
     out_lab = ([p_lab[d] for d in pb] + [p_lab[d] for d in p_free] + [("EV",)] if p_lhs
                else [p_lab[d] for d in pb] + [("EV",)] + [p_lab[d] for d in p_free])
-    return dict(q=q0, k=k0, v=v, scale=c * cq * ck, mask=None,
+    if mask is not None:  # to the op's layout: [batch (the scores' order)..., L, S]
+        want = labels[:nb] + [("q", d) for d in units] + [("q", q_l), ("S",)]
+        mask = np.ascontiguousarray(mask.transpose([p_lab.index(lb) for lb in want]))
+        mask = mask.reshape(mask.shape[:nb] + mask.shape[-2:])
+    return dict(q=q0, k=k0, v=v, scale=c * cq * ck, mask=mask,
                 q_perm=tuple(qb) + tuple(units) + (q_l, qc[0]),
                 k_perm=tuple(kb) + (kf[0], kc[0]),
                 v_perm=tuple(v_batch) + (vc[0], v_free[0]),
@@ -86,7 +101,9 @@ def build_general(app, m, std) -> Value:
     if nu:
         q = app.add("reshape", q, shape=tuple(q.shape[:-2 - nu]) + tuple(q.shape[-2:]))
     k, v = std(app, m["k"], m["k_perm"]), std(app, m["v"], m["v_perm"])
-    out = app.add("attention", q, k, v, scale=float(m["scale"]), has_mask=False)
+    ins = [q, k, v] + ([app.add("constant", value=m["mask"])] if m["mask"] is not None
+                       else [])
+    out = app.add("attention", *ins, scale=float(m["scale"]), has_mask=m["mask"] is not None)
     nb = out.type.rank - 2
     lab = [("b", i) for i in range(nb)] + [("q", m["q_l"]), ("EV",)]
     qf_units = [lb for lb in m["out_lab"] if lb[0] == "q" and lb != ("q", m["q_l"])]
