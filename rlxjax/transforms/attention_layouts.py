@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from ..ir import Value
-from .attention_masks import additive_mask
+from .attention_masks import additive_mask, one_copy
 
 
 def _free(rank, batch, contract):
@@ -86,7 +86,7 @@ def match_general(d2, pn, p_val, v, pb, pc, vb, vc, p_lhs, unscaled) -> Optional
     if mask is not None:  # to the op's layout: [batch (the scores' order)..., L, S]
         want = labels[:nb] + [("q", d) for d in units] + [("q", q_l), ("S",)]
         mask = np.ascontiguousarray(mask.transpose([p_lab.index(lb) for lb in want]))
-        mask = mask.reshape(mask.shape[:nb] + mask.shape[-2:])
+        mask = one_copy(mask.reshape(mask.shape[:nb] + mask.shape[-2:]))
     return dict(q=q0, k=k0, v=v, scale=c * cq * ck, mask=mask,
                 q_perm=tuple(qb) + tuple(units) + (q_l, qc[0]),
                 k_perm=tuple(kb) + (kf[0], kc[0]),

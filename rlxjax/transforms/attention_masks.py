@@ -83,4 +83,13 @@ def additive_mask(sel: Value, scores_shape) -> Optional[tuple]:
         return None
     if not full.any(axis=-1).all():
         return None
-    return on_true, np.where(m, np.asarray(0, dt), np.asarray(-np.inf, dt))
+    return on_true, one_copy(np.where(m, np.asarray(0, dt), np.asarray(-np.inf, dt)))
+
+
+def one_copy(m: np.ndarray) -> np.ndarray:
+    """``m`` with each leading dim it is constant along cut to size 1 (it broadcasts back)."""
+    for axis in range(m.ndim - 2):
+        first = m.take([0], axis)
+        if (m == first).all():
+            m = first
+    return m
