@@ -6,8 +6,10 @@ then compiled op by op), with the ratio; then the MIL op count of each norm's ba
 lowering alone; then, for each fused activation (softmax, log_softmax, gelu, silu), the
 forward and gradient MIL ops with the fused op against the same program with
 ``recognize_activations`` switched off (the decomposed form JAX emits); likewise attention
-(``recognize_attention`` off) on iOS17 and iOS18.
-Run: ``python bench/grad_ops.py``.
+(``recognize_attention`` off) on iOS17 and iOS18; then whole attention blocks (nnx
+MultiHeadAttention, which calls jax.nn.dot_product_attention, and a causal flax block) with
+both passes on and off.
+Run: ``python bench/grad_ops.py`` (``--blocks`` for the attention blocks only).
 """
 from __future__ import annotations
 
@@ -71,12 +73,12 @@ def norm_backward_ops():
 
 
 @contextlib.contextmanager
-def _without(pass_name):
-    """Run with one BEFORE_AD pass switched off (the 'decomposed' column)."""
+def _without(*pass_names):
+    """Run with BEFORE_AD passes switched off (the 'decomposed' column)."""
     from rlxjax.transforms import pipeline
 
     saved = pipeline.BEFORE_AD
-    pipeline.BEFORE_AD = tuple(p for p in saved if p != pass_name)
+    pipeline.BEFORE_AD = tuple(p for p in saved if p not in pass_names)
     try:
         yield
     finally:
@@ -127,7 +129,54 @@ def activation_ops():
     return rows
 
 
+def block_ops():
+    """(name, fwd fused, fwd decomposed, grad fused, grad decomposed) on iOS18 for attention
+    blocks, recognize_activations and recognize_attention both on / both off."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+    from flax import nnx
+
+    x = np.random.default_rng(0).standard_normal((2, 16, 64)).astype(np.float32)
+    m = nnx.MultiHeadAttention(num_heads=4, in_features=64, decode=False, rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(m)
+    lin = nn.MultiHeadDotProductAttention(num_heads=4, qkv_features=64)
+    mask = nn.make_causal_mask(np.ones((2, 16)))
+    p = lin.init(jax.random.key(0), x, mask=mask)
+    cases = {
+        "nnx MHA": (lambda s, x: nnx.merge(graphdef, s)(x), (state, x)),
+        "flax causal MHA": (lambda p, x: lin.apply(p, x, mask=mask), (p, x)),
+    }
+    rows = []
+    for name, (f, args) in cases.items():
+        w = np.cos(np.arange(x.size, dtype=np.float32)).reshape(x.shape)
+
+        def loss(a0, a1, w, f=f):
+            return jnp.sum(f(a0, a1) * w)
+
+        def both():
+            return (mil_ops(rlxjax.coreml_jit(f, target="iOS18"), *args),
+                    mil_ops(rlxjax.coreml_grad(loss, argnums=(0, 1), target="iOS18"),
+                            *args, w))
+
+        fused = both()
+        with _without("recognize_activations", "recognize_attention"):
+            plain = both()
+        rows.append((name, fused[0], plain[0], fused[1], plain[1]))
+    return rows
+
+
+def _print_fused(rows):
+    print(f"{'fused op':<16} {'fwd':>5} {'decomp':>7} {'ratio':>6} {'grad':>6} {'decomp':>7} "
+          f"{'ratio':>6}")
+    for name, f1, f0, g1, g0 in rows:
+        print(f"{name:<16} {f1:>5} {f0:>7} {f1 / f0:>6.2f} {g1:>6} {g0:>7} {g1 / g0:>6.2f}")
+
+
 def main():
+    if "--blocks" in sys.argv:
+        print("non-const MIL ops of attention blocks on iOS18, fused vs both passes off")
+        _print_fused(block_ops())
+        return
     print("non-const MIL ops of the training gradient")
     print(f"{'model':<24} {'coreml_grad':>12} {'jit(jax.grad)':>14} {'ratio':>7}")
     for name, ours, theirs, ratio in model_table():
@@ -136,10 +185,9 @@ def main():
     for name, n in norm_backward_ops():
         print(f"{name:<24} {n:>5}")
     print("\nnon-const MIL ops of each fused op, fused vs decomposed (its pass off)")
-    print(f"{'fused op':<16} {'fwd':>5} {'decomp':>7} {'ratio':>6} {'grad':>6} {'decomp':>7} "
-          f"{'ratio':>6}")
-    for name, f1, f0, g1, g0 in activation_ops():
-        print(f"{name:<16} {f1:>5} {f0:>7} {f1 / f0:>6.2f} {g1:>6} {g0:>7} {g1 / g0:>6.2f}")
+    _print_fused(activation_ops())
+    print("\nnon-const MIL ops of attention blocks on iOS18, fused vs both passes off")
+    _print_fused(block_ops())
 
 
 if __name__ == "__main__":

@@ -123,7 +123,9 @@ def _row_max(v: Value) -> Optional[Tuple[Value, int]]:
 
 
 def _shifted(s: Value) -> Optional[Tuple[Value, int]]:
-    """(x, axis) if ``s = x − max(x, axis)`` (the max kept-dims, perhaps stop_gradient'ed)."""
+    """(x, axis) if ``s = x − max(x, axis)`` (the max kept-dims, perhaps stop_gradient'ed),
+    or ``x = transpose(f)`` and the max is taken over ``f``'s matching axis and moved to
+    ``x``'s layout (jax.nn.dot_product_attention): the same number at every element."""
     n = s.node
     if n is None or n.op != "sub":
         return None
@@ -135,7 +137,39 @@ def _shifted(s: Value) -> Optional[Tuple[Value, int]]:
         mx = _row_max(r) if r is not None else None
         if mx is not None and mx[0].id == x.id and mx[1] == axis:
             return x, axis
+    t = x.node
+    if t is not None and t.op == "transpose":
+        return _transposed_max(x, t.inputs[0], tuple(t.params["perm"]), m)
     return None
+
+
+def _transposed_max(x: Value, f: Value, perm, m: Value) -> Optional[Tuple[Value, int]]:
+    """(x, axis) if ``x = transpose(f, perm)`` and ``m`` is ``max(f, perm[axis])`` moved by
+    views and transposes so that ``m[j]`` is the max of the row of ``x[j]`` (checked element
+    by element with an index array)."""
+    chain = []
+    v = m
+    while v.node is not None and v.node.op in _VIEW + ("transpose",):
+        chain.append(v.node)
+        v = v.node.inputs[0]
+    mx = _row_max(v)
+    if mx is None or mx[0].id != f.id:
+        return None
+    f_axis = mx[1]
+    want = tuple(d for i, d in enumerate(f.shape) if i != f_axis)
+    if tuple(v.shape) != want or f_axis not in perm:
+        return None
+    idx = np.arange(v.type.size).reshape(want)
+    for node in reversed(chain):
+        if node.op != "stop_gradient":
+            idx = apply_shape_op(node, idx)
+    expected = np.broadcast_to(np.expand_dims(np.arange(v.type.size).reshape(want), f_axis),
+                               f.shape).transpose(perm)
+    try:
+        ok = np.array_equal(np.broadcast_to(idx, expected.shape), expected)
+    except ValueError:
+        ok = False
+    return (x, list(perm).index(f_axis)) if ok else None
 
 
 def _softmax(y: Value):

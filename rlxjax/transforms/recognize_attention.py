@@ -13,14 +13,20 @@ with ``c_q``, ``c_k``, ``c`` scalar constants (their product is the op's ``scale
 divides q by sqrt(depth), a hand-written block divides the scores) and ``mask`` a float of
 the scores' dtype added to them. q, k and v are transposed to the op's layout
 ([batch..., L, E], [batch..., S, E], [batch..., S, EV]) and the result back to the layout
-the second dot_general produced. Everything else (a boolean mask through ``select``, a
-softmax over another axis, a batch dim of v paired differently) stays as it is.
+the second dot_general produced. jax.nn.dot_product_attention's layout (scores transposed
+before the softmax, a size-1 query-group dim, no mask) is matched by attention_layouts.py.
+A boolean mask through ``where`` (``select``) becomes an additive 0/-inf mask when that is
+the same function (attention_masks.py). Everything else (a boolean mask that is not a
+constant or masks a whole row, a softmax over another axis, a batch
+dim of v paired differently, grouped-query attention) stays as it is.
 """
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
 from ..ir import Graph, Value, verify
+from .attention_layouts import build_general, match_general
+from .attention_masks import additive_mask
 from .recognize_activations import _split
 from .rewrite import Appender, dce, substitute
 
@@ -85,15 +91,22 @@ def _match(d2) -> Optional[dict]:
             continue
         r = p_val.type.rank
         nb = r - 2
+        general = match_general(d2, pn, p_val, v, pb, pc, vb, vc, p_lhs, _unscaled)
         if nb < 1 or pn.params["axis"] != r - 1:
+            if general is not None:
+                return general
             continue
         if tuple(pb) != tuple(range(nb)) or tuple(pc) != (nb + 1,) or len(vc) != 1:
+            if general is not None:
+                return general
             continue
         v_free = _free(v.type.rank, vb, vc)
         if len(v_free) != 1 or v.type.rank != r:
             continue
         scores = _scores(pn.inputs[0], nb)
         if scores is None:
+            if general is not None:
+                return general
             continue
         return dict(scores, v=v, v_perm=tuple(vb) + (vc[0], v_free[0]), p_lhs=p_lhs, nb=nb,
                     out_type=d2.output.type)
@@ -103,6 +116,12 @@ def _match(d2) -> Optional[dict]:
 def _scores(s: Value, nb: int) -> Optional[dict]:
     mask = None
     n = s.node
+    where = additive_mask(s, s.shape) if n is not None and n.op == "select" else None
+    if where is not None:  # where(bool mask, scores, fill): attention_masks.py
+        d = _dot_part(where[0], nb)
+        if d is not None:
+            d["mask"] = where[1]
+        return d
     if n is not None and n.op == "add":
         for t, m in (n.inputs, n.inputs[::-1]):
             if (m.dtype == s.dtype and tuple(t.shape) == tuple(s.shape)
@@ -143,8 +162,13 @@ def _std(app, v: Value, perm) -> Value:
 
 
 def _build(app, m) -> Value:
+    if m.get("general"):
+        return build_general(app, m, _std)
     q, k, v = (_std(app, m[n], m[n + "_perm"]) for n in ("q", "k", "v"))
-    ins = [q, k, v] + ([m["mask"]] if m["mask"] is not None else [])
+    mask = m["mask"]
+    if mask is not None and not isinstance(mask, Value):  # from a boolean mask
+        mask = app.add("constant", value=mask)
+    ins = [q, k, v] + ([mask] if mask is not None else [])
     out = app.add("attention", *ins, scale=float(m["scale"]), has_mask=m["mask"] is not None)
     if not m["p_lhs"]:  # the second dot_general gave [batch..., EV, L]
         nb = m["nb"]
