@@ -51,7 +51,16 @@ def _check_forward_and_grad(f, x, expect):
     g.validate()
     hist = g.graph.op_histogram()
     assert {f"{op}_grad" for op in expect} <= set(hist), hist
-    assert_tree_close(g(x, w), jax.grad(loss)(x, w), **TOL)
+    got, want = g(x, w), jax.grad(loss)(x, w)
+    try:
+        assert_tree_close(got, want, **TOL)
+    except AssertionError:
+        # Where XLA's fp32 itself is off (the tanh-gelu gradient's tail below x = -4: XLA
+        # gives -3.0e-6 where float64 gives -6.3e-6), the float64 gradient arbitrates, as
+        # tools/conformance.py does: the fused op must be within TOL of it.
+        with jax.enable_x64(True):
+            truth = jax.grad(loss)(x.astype(np.float64), w.astype(np.float64))
+        assert_tree_close(got, np.asarray(truth).astype(got.dtype), **TOL)
 
 
 _SHAPES = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)
