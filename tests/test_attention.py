@@ -57,6 +57,7 @@ def _attend(q, k, v, mask, scale, post_scale):
     return jnp.einsum("bhls,bhsd->bhld", jax.nn.softmax(s, axis=-1), v)
 
 
+@pytest.mark.slow  # (~12 s; flax attention, causal and iOS18 forms run by default)
 @settings(max_examples=4, deadline=None)
 @given(dims=st.tuples(*[st.integers(1, 4)] * 6), masked=st.booleans(),
        scale_kind=st.sampled_from(["inv_sqrt", "other"]), post=st.booleans(),
@@ -76,7 +77,7 @@ def test_hand_written_attention_matches_jax(dims, masked, scale_kind, post, targ
         _check(f, (q, k, v), target, (0, 1, 2))
 
 
-@pytest.mark.parametrize("target", ["iOS17", "iOS18"])
+@pytest.mark.parametrize("target", [pytest.param("iOS17", marks=pytest.mark.slow), "iOS18"])
 def test_flax_multi_head_attention(target):
     x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
     m = nn.MultiHeadDotProductAttention(num_heads=2, qkv_features=16)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -44,6 +45,7 @@ def _check(fun, args, argnums, fused):
     assert_tree_close(g(*args), jax.grad(loss, argnums=argnums)(*args), **TOL)
 
 
+@pytest.mark.slow  # (~15 s; nnx MultiHeadAttention and the where masks run by default)
 @settings(max_examples=3, deadline=None)
 @given(dims=st.tuples(*[st.integers(1, 4)] * 5), causal=st.booleans(),
        seed=st.integers(0, 50))

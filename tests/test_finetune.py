@@ -187,3 +187,29 @@ def test_a_frozen_weight_used_twice_is_stored_once(tmp_path):
     assert len(blob) < table.nbytes + 4096
     st, value = step(st, ids, y)  # and it still computes JAX's loss
     np.testing.assert_allclose(float(value), float(loss(params, ids, y)), rtol=1e-6)
+
+
+def test_an_equinox_module_of_bools_is_a_mask():
+    """An eqx Module is callable: as ``trainable=`` it is a mask, not the (path, leaf)
+    function (it used to be called, failing deep inside equinox)."""
+    import equinox as eqx
+
+    model = eqx.nn.MLP(6, 3, 8, 1, key=jax.random.key(0))
+    params, static = eqx.partition(model, eqx.is_array)
+    mask = eqx.tree_at(lambda m: m.layers[-1].bias, jax.tree.map(lambda _: False, params),
+                       True)
+
+    def loss(p, x, y):
+        return jnp.mean((eqx.combine(p, static)(x[0]) - y[0]) ** 2)
+
+    batches = _batches()
+    step = rlxjax.coreml_train_step(loss, optax.adam(1e-2), trainable=mask)
+    st = step.init(params)
+    got = []
+    for i in range(3):
+        st, v = step(st, *batches[i])
+        got.append(float(v))
+    flags = jax.tree.leaves(mask)
+    want, _ = jax_masked_loop(params, flags, loss, optax.adam(1e-2), 3, batches)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    assert sum(flags) == 1 and len(jax.tree.leaves(st.params)) == 1

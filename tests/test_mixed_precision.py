@@ -196,6 +196,7 @@ def _curve_deviation(name, steps):
     return dev
 
 
+@pytest.mark.slow  # (~6 s; skip/scale/parity unit tests run by default)
 def test_short_curve_within_bound():
     assert _curve_deviation("mlp_layernorm", 20) <= MAX_REL
 
