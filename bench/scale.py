@@ -360,9 +360,9 @@ def main(argv=None):
         replace_section(os.path.join(HERE, "RESULTS.md"), SCALE_TITLE, "\n".join(out.lines),
                         time.perf_counter() - t_start)
     if args.json:
-        with open(args.json + ".tmp", "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(args.json + ".tmp", args.json)
+        from rlxjax.atomic import write_bytes
+
+        write_bytes(args.json, json.dumps(rows, indent=1).encode())
     return rows
 
 

@@ -292,9 +292,9 @@ def main(argv=None):
             print(f"{side}: gradient compile, 32 blocks / 1 block = "
                   f"{b[side]['s'] / a[side]['s']:.1f}x")
     if args.json:
-        with open(args.json + ".tmp", "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(args.json + ".tmp", args.json)
+        from rlxjax.atomic import write_bytes
+
+        write_bytes(args.json, json.dumps(rows, indent=1).encode())
     return rows
 
 
