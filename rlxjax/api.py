@@ -17,7 +17,7 @@ from .coreml.targets import get_target
 from .coreml.validate import validate_model
 from . import flexible
 from .errors import ArgumentError, ZeroSizeError
-from .frontend import Traced, arg_names, trace
+from .frontend import Traced, arg_names, nan_sign, trace
 from .frontend.zerosize import EMPTY_IO_KEY, interleave
 from .ir import Graph
 from .runtime import make_backend, resolve_backend
@@ -153,7 +153,10 @@ class Compiled:
                     f"argument '{spec.name}' is {got_dtype}{list(got_shape)}, but the program "
                     f"was compiled for {spec.dtype}{list(spec.shape)}; pass that shape and dtype, "
                     "or call the coreml_jit function itself (it compiles once per signature)")
-            arrays.append(_canonical(leaf))
+            arr = _canonical(leaf)
+            if i in self._traced.nan_sign:  # reaches a top_k: no -NaN (nan_sign.py)
+                nan_sign.check(spec.name, self._traced.nan_sign[i], arr)
+            arrays.append(arr)
         if any(s.flexible for s in self.input_specs):  # sizes in range, one per symbol
             flexible.check_sizes(self.input_specs, [a.shape for a in arrays])
         return arrays
@@ -308,6 +311,10 @@ class Lowered:
         if getattr(self, "enumerated", None):  # flexible= with listed sizes
             ins = flexible.describe_enumerated(model, ins, self.enumerated, self.target)
         describe_empty_io(model, self._traced, ins, outs)
+        if self._traced.nan_sign:  # so that rlxjax.load checks them too
+            where = self._traced.leaf_inputs()
+            model.description.metadata.userDefined[nan_sign.METADATA_KEY] = json.dumps(
+                {ins[where[i]].mil_name: w for i, w in self._traced.nan_sign.items()})
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
 

@@ -22,6 +22,7 @@ from . import flexible
 from .api import _canonical
 from .coreml.lower import IOSpec
 from .coreml.package import MLPACKAGE_SUFFIX, PackageError
+from .frontend import nan_sign
 from .frontend.zerosize import EMPTY_IO_KEY, EmptyIO
 from .errors import ArgumentError, RlxError
 from .runtime import REFERENCE_BACKENDS, resolve_backend
@@ -169,6 +170,20 @@ def _rlxjax_specs(model) -> Tuple[Optional[Tuple[IOSpec, ...]], Optional[Tuple[I
     return ins, outs
 
 
+def _json_dict(model, key) -> Dict[str, str]:
+    raw = model.description.metadata.userDefined.get(key)
+    if raw is None:
+        return {}
+    try:
+        d = json.loads(raw)
+    except ValueError:
+        d = None
+    if not isinstance(d, dict) or not all(isinstance(v, str) for v in d.values()):
+        raise PackageError(f"the package's {key} metadata is malformed (expected a JSON "
+                           "object of strings)")
+    return d
+
+
 def _dims(dims) -> tuple:
     """A shape from the metadata: ints, and flexible dims by name (docs/flexible.md)."""
     return tuple(d if isinstance(d, str) else int(d) for d in dims)
@@ -271,6 +286,8 @@ class LoadedModel:
             self._empty_out = {n: e for n, e in eout.values()}
             self.input_names = tuple(n for n, _ in self._inputs)
             self.output_names = tuple(n for n, _ in self._outputs)
+        # inputs whose values reach a top_k: each call refuses a -NaN in them (nan_sign.py)
+        self._nan_sign = _json_dict(model, nan_sign.METADATA_KEY)
         self.backend = resolve_backend(backend)
         if self.backend in REFERENCE_BACKENDS:
             from .runtime.backends import reference_program
@@ -296,6 +313,13 @@ class LoadedModel:
             self._feature_dtypes = {}
 
     def _feeds(self, args, kwargs) -> Dict[str, np.ndarray]:
+        feeds = self._unchecked_feeds(args, kwargs)
+        for name, where in self._nan_sign.items():
+            if name in feeds:
+                nan_sign.check(name, where, feeds[name])
+        return feeds
+
+    def _unchecked_feeds(self, args, kwargs) -> Dict[str, np.ndarray]:
         if len(args) > len(self.input_names):
             raise ArgumentError(f"{len(args)} positional arguments given, the model takes "
                                 f"{len(self.input_names)}: {list(self.input_names)}")

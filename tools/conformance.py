@@ -187,6 +187,9 @@ UNSUPPORTED = [
                                              "access, which MIL does not have"),
     ("eigh", "'eigh'", "eigenvectors are unique only up to sign, and LAPACK's choice cannot "
                        "be reproduced: rlxjax does not lower eigh"),
+    ("top_k", "sign bit set", "a -NaN input: XLA ranks -NaN below -inf, Core ML cannot read "
+                              "a NaN's sign (no bit cast), so each call refuses a -NaN that "
+                              "reaches a top_k (docs/numerics.md)"),
     ("svd", "compute_uv=True", "singular vectors are unique only up to sign, and LAPACK's "
                                "choice cannot be reproduced: rlxjax computes singular values"),
 ]
@@ -194,12 +197,7 @@ UNSUPPORTED = [
 
 #: Wrong answers rlxjax cannot avoid on Core ML, by harness name: still counted as wrong,
 #: explained in the table; tests/test_conformance.py expects them to fail (strict xfail).
-KNOWN_WRONG = {
-    "top_k_sort_inf_nan_inshape_float32_5_k_5":
-        "XLA ranks -NaN below -inf; Core ML cannot read a NaN's sign (MIL has no bitcast and "
-        "every float op keeps a NaN a NaN), so rlxjax ranks every NaN as +NaN "
-        "(docs/numerics.md)",
-}
+KNOWN_WRONG: dict = {}
 
 
 def unsupported_reason(h, kind, detail):

@@ -11,7 +11,7 @@ import numpy as np
 from ..ir import Graph, TensorType, verify
 from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import random_device, random_inputs, randomness, symbolic, uint32
+from . import nan_sign, random_device, random_inputs, randomness, symbolic, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
@@ -71,6 +71,9 @@ class Traced:
     host: Any = None
     # argument leaves that are uint32 program inputs, carried as int32 (< 2**31 per call)
     u32_leaves: frozenset = frozenset()
+    # float argument leaves whose values reach a top_k: leaf index -> where (nan_sign.py);
+    # each call refuses a -NaN in them, which Core ML cannot rank as XLA does
+    nan_sign: Dict[int, str] = field(default_factory=dict)
 
     @property
     def n_device_out(self) -> int:
@@ -175,5 +178,7 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
     verify(graph)
     u32 = frozenset(i for i, var in zip(kept, closed.jaxpr.invars)
                     if uint32.is_u32(var.aval) and i not in empty_in)
+    sign = {i: w for i, w in nan_sign.sensitive_args(closed.jaxpr, kept).items()
+            if i not in empty_in}
     return Traced(graph, in_tree, out_tree, [v.type for v in inputs], ctx.custom_rules,
-                  empty_in, empty_out, dropped, host, u32)
+                  empty_in, empty_out, dropped, host, u32, sign)

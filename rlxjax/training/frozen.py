@@ -159,4 +159,5 @@ def bake_weights(traced: Traced, n: int, weights: List[dict], rest_args) -> Trac
                   empty_out=traced.empty_out,
                   dropped={i - n: d for i, d in traced.dropped.items()},
                   host=None if traced.host is None else traced.host.shifted(n),
-                  u32_leaves=frozenset(i - n for i in traced.u32_leaves))
+                  u32_leaves=frozenset(i - n for i in traced.u32_leaves),
+                  nan_sign={i - n: w for i, w in traced.nan_sign.items() if i >= n})

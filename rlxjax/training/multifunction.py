@@ -122,7 +122,8 @@ def _params_from_states(traced: Traced, params, layout: Layout) -> Traced:
     return Traced(g, rest, traced.out_tree, traced.in_types[n_p:],
                   custom_rules=traced.custom_rules, empty_in=shift(traced.empty_in),
                   empty_out=traced.empty_out, dropped=shift(traced.dropped),
-                  u32_leaves=frozenset(i - n_p for i in traced.u32_leaves if i >= n_p))
+                  u32_leaves=frozenset(i - n_p for i in traced.u32_leaves if i >= n_p),
+                  nan_sign=shift(traced.nan_sign))
 
 
 def _params_structs(program):

@@ -89,7 +89,7 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     if host is not None:  # the host's aux results keep their places; then params, opt_state
         host = host.with_outputs(host.outputs + [None] * (len(new_p) + len(new_s)))
     return Traced(g, traced.in_tree, out_tree, traced.in_types, dropped=traced.dropped,
-                  host=host, u32_leaves=traced.u32_leaves)
+                  host=host, u32_leaves=traced.u32_leaves, nan_sign=traced.nan_sign)
 
 
 def _refuse_empty(traced: Traced) -> None:
@@ -135,7 +135,8 @@ def _to_states(traced: Traced, args, in_vals, out_vals) -> Traced:
                   traced.in_types[n:],  # (no dropped leaf is a param or optimizer state)
                   dropped={i - n: d for i, d in traced.dropped.items()},
                   host=None if traced.host is None else traced.host.shifted(n),
-                  u32_leaves=frozenset(i - n for i in traced.u32_leaves if i >= n))
+                  u32_leaves=frozenset(i - n for i in traced.u32_leaves if i >= n),
+                  nan_sign={i - n: w for i, w in traced.nan_sign.items() if i >= n})
 
 
 @dataclass(frozen=True)
