@@ -1,4 +1,10 @@
-"""Lowering: dot_general as (transpose, reshape) -> batched matmul -> reshape."""
+"""Lowering: dot_general as (transpose, reshape) -> batched matmul -> reshape.
+
+When the lhs already sits as ``[batch..., free..., contract...]`` with two or more free
+dims (a Dense on a rank-3 activation, its input gradient), it enters ``matmul`` at its own
+rank instead: MIL's matmul broadcasts the leading dims of ``[..., M, K] @ [K, N]``, so the
+free dims other than the last need no flattening and the result no reshape back. Each
+output element is the same dot product as in the flattened form (:func:`keeps_rank`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,11 +30,41 @@ def _operand(b, x, batch, free, contract, free_first):
     return reshape(b, y, bshape + inner), flipped
 
 
+def keeps_rank(a_rank, lb, lf, lc, rf) -> bool:
+    """Whether dot_general's lhs enters matmul at its own rank (:func:`matmul_nd`): it sits
+    as ``[lb..., lf..., lc...]`` with >= 2 free dims and >= 1 contracting dim, and that
+    costs fewer reshapes than the flattened form's two (lhs in, result out). The nd form
+    reshapes only to merge several contracting dims, to give the rhs unit dims after its
+    batch dims (so they broadcast against the lhs's leading free dims), and to split a
+    merged rhs free size (or drop N=1) in the result."""
+    fits = len(lf) >= 2 and len(lc) >= 1 and list(lb) + list(lf) + list(lc) == list(range(a_rank))
+    return fits and (len(lc) > 1) + (len(lb) > 0) + (len(rf) != 1) < 2
+
+
+def matmul_nd(b, a, y, ty, nb, nf, out_type, reshape_to, size):
+    """``a`` as ``[batch(nb)..., free(nf)..., K]`` (trailing contracting dims merged) @ ``y``
+    as ``[batch..., K, N]`` (``[batch..., N, K]`` when ``ty``), one matmul broadcasting the
+    leading free dims; ``reshape_to(var, shape)`` and ``size(dims)`` handle (flexible) dims."""
+    lead = list(a.shape[:nb + nf])
+    x = reshape_to(a, lead + [size(list(a.shape[nb + nf:]))])
+    if nb:
+        y = reshape_to(y, list(y.shape[:nb]) + [1] * (nf - 1) + list(y.shape[nb:]))
+    n = y.shape[-2] if ty else y.shape[-1]
+    out = b.op("matmul", TensorType(tuple(lead + [n]), out_type.dtype),
+               x=x, y=y, transpose_x=False, transpose_y=ty)
+    return reshape_to(out, out_type.shape)
+
+
 @lowering("dot_general")
 def _dot_general(ctx, node, a, b):
     (lc, rc), (lb, rb) = node.params["contract"], node.params["batch"]
     lf = [d for d in range(a.type.rank) if d not in lc and d not in lb]
     rf = [d for d in range(b.type.rank) if d not in rc and d not in rb]
+    if keeps_rank(a.type.rank, lb, lf, lc, rf):
+        y, ty = _operand(ctx.b, b, rb, rf, rc, free_first=False)
+        return matmul_nd(ctx.b, a, y, ty, len(lb), len(lf), ctx.out_type(node),
+                         lambda v, s: reshape(ctx.b, v, s),
+                         lambda dims: int(np.prod(dims, dtype=np.int64)))
     x, tx = _operand(ctx.b, a, lb, lf, lc, free_first=True)
     y, ty = _operand(ctx.b, b, rb, rf, rc, free_first=False)
     batch = [a.shape[d] for d in lb]
