@@ -1,5 +1,5 @@
 """dot_general lowered as one matmul on the lhs at its own rank (coreml/rules/linear.py
-``keeps_rank``): MIL's matmul broadcasts the leading dims of ``[..., M, K] @ [K, N]``, so
+``nd_form``): MIL's matmul broadcasts the leading dims of ``[..., M, K] @ [K, N]``, so
 a Dense on a rank-3 activation (and its input gradient) needs no flatten / unflatten.
 
 Layouts around that case (lhs rank 2-4, contracting dims last or elsewhere, rhs [K, N] or
@@ -31,7 +31,8 @@ ELEMENTS = {F32: dyadic_elements(-4, 4, denom=4), F16: dyadic_elements(-2, 2, de
 @st.composite
 def nd_problems(draw):
     """(lhs shape, rhs shape, dimension_numbers, fits): lhs [batch, free, contract] in that
-    order (``fits``) or a shuffle of it; rhs [batch, contract, free], [batch, free, contract]
+    order or [batch, free[:-1], contract, free[-1]] (matmul's transpose_x; ``fits``), or a
+    shuffle of it; rhs [batch, contract, free], [batch, free, contract]
     or shuffled."""
     while True:
         nb, nf, nc, nr = (draw(st.integers(0, 2)), draw(st.integers(1, 3)),
@@ -45,7 +46,8 @@ def nd_problems(draw):
     c = [("c", i) for i in range(nc)]
     f = [("f", i) for i in range(nf)]
     g = [("g", i) for i in range(nr)]
-    lhs = draw(st.sampled_from([b + f + c, b + f + c, b + c + f, None]))
+    fitting = [b + f + c, b + f[:-1] + c + f[-1:]]
+    lhs = draw(st.sampled_from(fitting + [b + f + c, b + c + f, None]))
     if lhs is None:
         lhs = draw(st.permutations(b + f + c))
         lhs = [x for x in lhs if x[0] != "b"] if nb else lhs
@@ -56,7 +58,7 @@ def nd_problems(draw):
     shape = lambda labels: tuple(sizes[k][i] for k, i in labels)
     pos = lambda labels, kind, n: tuple(labels.index((kind, i)) for i in range(n))
     dn = ((pos(lhs, "c", nc), pos(rhs, "c", nc)), (pos(lhs, "b", nb), pos(rhs, "b", nb)))
-    return shape(lhs), shape(rhs), dn, lhs == b + f + c
+    return shape(lhs), shape(rhs), dn, lhs in fitting
 
 
 @pytest.mark.parametrize("dtype", [F32, F16, I32])
@@ -88,6 +90,8 @@ def test_dot_general_layouts_match_jax(dtype, data):
     ((2, 3, 4), (4, 5), (((2,), (0,)), ((), ()))),
     ((2, 3, 4), (5, 4), (((2,), (1,)), ((), ()))),       # transpose_y
     ((2, 3, 2, 4), (4, 3), (((3,), (0,)), ((), ()))),    # rank 4
+    ((2, 4, 3), (4, 5), (((1,), (0,)), ((), ()))),       # lhs [B, K, M]: transpose_x
+    ((2, 3, 4, 3), (5, 4), (((2,), (1,)), ((), ()))),    # transpose_x and transpose_y
 ])
 def test_lhs_with_contracting_dim_last_is_one_matmul(dtype, sx, sy, dn):
     rng = np.random.default_rng(0)
