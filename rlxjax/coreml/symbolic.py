@@ -193,9 +193,17 @@ def _operand(ctx, x, batch, free, contract, free_first):
 
 
 def _dot_general(ctx, node, a, b):
+    """rules/linear.py's dot_general with flexible dims (its nd form when that fits)."""
+    from .rules.linear import matmul_nd, nd_form
+
     (lc, rc), (lb, rb) = node.params["contract"], node.params["batch"]
     lf = [d for d in range(a.type.rank) if d not in lc and d not in lb]
     rf = [d for d in range(b.type.rank) if d not in rc and d not in rb]
+    tx = nd_form(a.type.rank, lb, lf, lc, rf)
+    if tx is not None:
+        y, ty = _operand(ctx, b, rb, rf, rc, free_first=False)
+        return matmul_nd(ctx.b, a, y, tx, ty, len(lb), len(lf), ctx.out_type(node),
+                         lambda v, s: ctx.flex.reshape(v, s, _where(node)), _size)
     x, tx = _operand(ctx, a, lb, lf, lc, free_first=True)
     y, ty = _operand(ctx, b, rb, rf, rc, free_first=False)
     batch = [a.shape[d] for d in lb]

@@ -1,4 +1,10 @@
-"""Lowering: dot_general as (transpose, reshape) -> batched matmul -> reshape."""
+"""Lowering: dot_general as (transpose, reshape) -> batched matmul -> reshape.
+
+When the lhs already sits as ``[batch..., free..., contract...]`` with two or more free
+dims (a Dense on a rank-3 activation, its input gradient), it enters ``matmul`` at its own
+rank instead: MIL's matmul broadcasts the leading dims of ``[..., M, K] @ [K, N]``, so the
+free dims other than the last need no flattening and the result no reshape back. Each
+output element is the same dot product as in the flattened form (:func:`nd_form`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,11 +30,51 @@ def _operand(b, x, batch, free, contract, free_first):
     return reshape(b, y, bshape + inner), flipped
 
 
+def nd_form(a_rank, lb, lf, lc, rf):
+    """Whether dot_general's lhs enters matmul at its own rank (:func:`matmul_nd`): None
+    when not, else matmul's ``transpose_x``. It does when the lhs sits as
+    ``[lb..., lf..., lc...]`` (False) or ``[lb..., lf[:-1]..., lc..., lf[-1]]`` (True) with
+    >= 2 free dims and >= 1 contracting dim, and that costs fewer reshapes than the
+    flattened form's two (lhs in, result out). The nd form reshapes only to merge several
+    contracting dims, to give the rhs unit dims after its batch dims (so they broadcast
+    against the lhs's leading free dims), and to split a merged rhs free size (or drop N=1)
+    in the result."""
+    if len(lf) < 2 or not lc or (len(lc) > 1) + (len(lb) > 0) + (len(rf) != 1) >= 2:
+        return None
+    lb, lf, lc = list(lb), list(lf), list(lc)
+    for tx, order in ((False, lb + lf + lc), (True, lb + lf[:-1] + lc + lf[-1:])):
+        if order == list(range(a_rank)):
+            return tx
+    return None
+
+
+def matmul_nd(b, a, y, tx, ty, nb, nf, out_type, reshape_to, size):
+    """``a`` as ``[batch(nb)..., free(nf)..., K]`` (contracting dims merged; ``[..., K, M]``
+    when ``tx``) @ ``y`` as ``[batch..., K, N]`` (``[batch..., N, K]`` when ``ty``): one
+    matmul broadcasting the leading free dims. ``reshape_to(var, shape)`` and
+    ``size(dims)`` handle (flexible) dims."""
+    lead, m = list(a.shape[:nb + nf - 1]), a.shape[-1 if tx else nb + nf - 1]
+    k = size(list(a.shape[nb + nf - 1:-1] if tx else a.shape[nb + nf:]))
+    x = reshape_to(a, lead + ([k, m] if tx else [m, k]))
+    if nb:
+        y = reshape_to(y, list(y.shape[:nb]) + [1] * (nf - 1) + list(y.shape[nb:]))
+    n = y.shape[-2] if ty else y.shape[-1]
+    out = b.op("matmul", TensorType(tuple(lead + [m, n]), out_type.dtype),
+               x=x, y=y, transpose_x=tx, transpose_y=ty)
+    return reshape_to(out, out_type.shape)
+
+
 @lowering("dot_general")
 def _dot_general(ctx, node, a, b):
     (lc, rc), (lb, rb) = node.params["contract"], node.params["batch"]
     lf = [d for d in range(a.type.rank) if d not in lc and d not in lb]
     rf = [d for d in range(b.type.rank) if d not in rc and d not in rb]
+    tx = nd_form(a.type.rank, lb, lf, lc, rf)
+    if tx is not None:
+        y, ty = _operand(ctx.b, b, rb, rf, rc, free_first=False)
+        return matmul_nd(ctx.b, a, y, tx, ty, len(lb), len(lf), ctx.out_type(node),
+                         lambda v, s: reshape(ctx.b, v, s),
+                         lambda dims: int(np.prod(dims, dtype=np.int64)))
     x, tx = _operand(ctx.b, a, lb, lf, lc, free_first=True)
     y, ty = _operand(ctx.b, b, rb, rf, rc, free_first=False)
     batch = [a.shape[d] for d in lb]
