@@ -145,6 +145,26 @@ def test_hand_written_slices_become_one_split(sizes, data):
                           rtol=1e-5, atol=1e-6)
 
 
+@settings(max_examples=5, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=2, max_size=6), st.data())
+def test_jnp_split_with_some_pieces_read(sizes, data):
+    # The same rule as for slices: a split while >= 2 read pieces hold at least as many
+    # elements as the unread ones, else a slice per read piece.
+    used = data.draw(st.lists(st.booleans(), min_size=len(sizes), max_size=len(sizes)))
+    cut = list(np.cumsum(sizes)[:-1])
+    x = _x(2, sum(sizes))
+
+    def f(x):
+        return [jnp.exp(p) for p, u in zip(jnp.split(x, cut, axis=1), used) if u]
+
+    c, ops = _program(f, (x,))
+    assert_tree_close(c(x), f(x), rtol=1e-6, atol=1e-6)
+    read = sum(n for n, u in zip(sizes, used) if u)
+    merged = sum(used) >= 2 and sum(sizes) - read <= read
+    want = ["split"] if merged else ["slice_by_index"] * sum(used)
+    assert [t for t in _types(ops) if t in ("split", "slice_by_index")] == want
+
+
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.bool_])
 def test_split_of_small_ints_and_bools(dtype):
     # int8 / uint8 are carried in int32 (coreml/smallint.py): a split moves values, no wrap.

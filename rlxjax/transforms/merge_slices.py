@@ -11,8 +11,9 @@ the gaps hold at most as many elements as the pieces read: a split writes every 
 its gaps are copies nobody asked for; bounded so, the split moves at most twice the bytes
 the slices did, for one op instead of two or more. Identical slices are merged by ``cse``
 first. jnp.split / lax.split become a split in the frontend already (their VJP is then a
-concatenate); this pass runs after the grad transform, so slices keep their own VJP
-(tests/test_peephole.py).
+concatenate); the same rule then trims those whose read pieces do not pay (``trim_splits``:
+one read piece of six is a slice again). This pass runs after the grad transform, so
+slices keep their own VJP (tests/test_peephole.py).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from collections import defaultdict
 from typing import Dict, List
 
 from ..ir import Graph
-from .rewrite import Appender, dce, substitute
+from .rewrite import Appender, dce, output_ids, substitute, users
 
 
 def _one_axis(node):
@@ -33,15 +34,53 @@ def _one_axis(node):
     return cut[0] if len(cut) == 1 and cut[0][2] > cut[0][1] else None
 
 
+def _pays(read: int, total: int, pieces: int) -> bool:
+    """A split is worth it for ``pieces`` read pieces holding ``read`` of ``total``."""
+    return pieces >= 2 and total - read <= read
+
+
+def trim_splits(graph: Graph) -> int:
+    """The same rule for split nodes (jnp.split in the frontend) once the program is known:
+    one whose read pieces are fewer than two, or smaller than its unread ones, becomes a
+    slice per read piece. Returns how many splits were replaced."""
+    readers = users(graph)
+    outs = output_ids(graph)
+    mapping, changed = {}, 0
+    for node in list(graph.nodes):
+        if node.op != "split":
+            continue
+        axis, sizes, x = node.params["axis"], node.params["sizes"], node.inputs[0]
+        read = [v.id in outs or bool(readers.get(v.id)) for v in node.outputs]
+        if _pays(sum(n for n, r in zip(sizes, read) if r), x.shape[axis], sum(read)):
+            continue
+        ap = Appender(graph, node.source)
+        at = 0
+        for v, n, r in zip(node.outputs, sizes, read):
+            if r:
+                lo, hi = [0] * x.type.rank, list(x.shape)
+                lo[axis], hi[axis] = at, at + n
+                mapping[v.id] = ap.add("slice", x, start=tuple(lo), limit=tuple(hi),
+                                       strides=(1,) * x.type.rank)
+            at += n
+        ap.place_before(node)
+        changed += 1
+    if changed:
+        substitute(graph, mapping)
+        dce(graph)
+    return changed
+
+
 def merge_slices(graph: Graph) -> int:
-    """Replace groups of slices by split nodes; returns how many slices were removed."""
+    """Replace groups of slices by split nodes (and splits that do not pay by slices:
+    ``trim_splits``); returns how many nodes were removed or replaced."""
+    changed = trim_splits(graph)
     groups: Dict[tuple, List] = defaultdict(list)  # (x id, axis) -> [(lo, hi, node)]
     for node in graph.nodes:
         if node.op == "slice":
             cut = _one_axis(node)
             if cut is not None:
                 groups[(node.inputs[0].id, cut[0])].append((cut[1], cut[2], node))
-    mapping, changed = {}, 0
+    mapping = {}
     for (_, axis), cuts in groups.items():
         cuts.sort(key=lambda t: (t[0], t[1]))
         x = cuts[0][2].inputs[0]
@@ -60,7 +99,7 @@ def merge_slices(graph: Graph) -> int:
             if at < x.shape[axis]:
                 sizes.append(x.shape[axis] - at)
                 pieces.append(None)
-            if len(cuts) < 2 or x.shape[axis] - used > used:
+            if not _pays(used, x.shape[axis], len(cuts)):
                 continue
             ids = {id(n) for _, _, n in cuts}
             first = next(n for n in graph.nodes if id(n) in ids)
