@@ -228,3 +228,18 @@ def test_fold_scalar_muls_bounds(a, b, folds):
     assert fold_scalar_muls(gr) == int(folds)
     assert sum(n.op == "mul" for n in gr.nodes) == (1 if folds else 2)
     assert fold_scalar_muls(_chain(a, b), precision="fp16") == 0
+
+
+def test_split_of_a_flexible_value_stays_slices():
+    # RLX split needs a static shape: with a flexible batch, jnp.split is a slice per
+    # piece (each takes the flexible axis whole), and runs at any size in range.
+    def f(x):
+        a, b = jnp.split(x, [3], axis=1)
+        return a * 2.0, jnp.exp(b)
+
+    fn = rlxjax.coreml_jit(f, backend="reference", flexible={"x": {0: (1, 8)}})
+    for n in (1, 5):
+        x = _x(n, 7, seed=n)
+        assert_tree_close(fn(x), f(x), rtol=1e-6, atol=1e-6)
+    hist = fn.lower(_x(2, 7)).compile().op_histogram()
+    assert "split" not in hist and hist.get("slice_by_index", 0) >= 2
