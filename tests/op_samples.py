@@ -37,6 +37,7 @@ _SIMPLE = {
     "rev": ([_t(2, 3)], {"axes": (0,)}),
     "concatenate": ([_t(2, 3), _t(1, 3)], {"axis": 0}),
     "slice": ([_t(2, 3)], {"start": (0, 1), "limit": (2, 3), "strides": (1, 1)}),
+    "split": ([_t(2, 5)], {"axis": 1, "sizes": (2, 3)}),
     "dot_general": ([_t(2, 3), _t(4, 3)], {"contract": ((1,), (1,)), "batch": ((), ())}),
     "pad": ([_t(2, 3), _t()], {"config": ((1, 1, 0), (0, 2, 1))}),
     **{n: ([_t(2, 3, dtype=I32), _t(1, 3, dtype=I32)], {}) for n in SHIFTS},

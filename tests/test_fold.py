@@ -190,6 +190,7 @@ SHAPE = {  # on arrays of rank >= 1 with every dim >= 2
     "rev": lambda x: x[::-1],
     "concatenate": lambda x: jnp.concatenate([x, x * 2], axis=0),
     "slice": lambda x: x[..., 1::2],
+    "split": lambda x: jnp.concatenate(jnp.split(x, [1], axis=-1)[::-1], axis=-1),
     "pad": lambda x: jax.lax.pad(x, F32(-3), [(1, -1, 1)] * x.ndim),
     "cumsum": lambda x: jnp.cumsum(x, axis=-1),
     "cumsum_rev": lambda x: jax.lax.cumsum(x, axis=0, reverse=True),

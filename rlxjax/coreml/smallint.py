@@ -40,7 +40,7 @@ SMALL = (DType.i8, DType.u8)
 
 #: RLX ops whose i8 / u8 results are in range whenever their i8 / u8 operands are: no wrap
 PRESERVING = frozenset({
-    "constant", "broadcast_in_dim", "concatenate", "pad", "reshape", "rev", "slice",
+    "constant", "broadcast_in_dim", "concatenate", "pad", "reshape", "rev", "slice", "split",
     "transpose", "gather_nd", "dynamic_slice", "dynamic_update_slice", "select", "clamp",
     "max", "min", "reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min",
     "sign", "rem", "stop_gradient", "convert", "cond", "while", "scan", "custom_vjp",

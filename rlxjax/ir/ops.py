@@ -403,6 +403,18 @@ def _slice(ts, p):
     return [t.with_shape(out)]
 
 
+@defop("split", "shape", 1, params={"axis": Param(INT), "sizes": Param(INTS)})
+def _split(ts, p):
+    """lax.split: consecutive pieces of ``sizes`` along ``axis`` (one output each; they
+    cover the axis), of a static-shaped x (docs/flexible.md keeps slices there)."""
+    (t,) = ts
+    ax, sizes = p["axis"], tuple(p["sizes"])
+    _require(0 <= ax < t.rank and t.is_static, f"split of {t} along axis {ax}")
+    _require(len(sizes) >= 1 and all(n >= 1 for n in sizes) and sum(sizes) == t.shape[ax],
+             f"split sizes {sizes} do not cover dim {ax} of {t}")
+    return [t.with_shape(n if i == ax else d for i, d in enumerate(t.shape)) for n in sizes]
+
+
 # -- linear --------------------------------------------------------------------------
 @defop("dot_general", "linear", 2,
        params={"contract": Param(INTS_PAIR), "batch": Param(INTS_PAIR),

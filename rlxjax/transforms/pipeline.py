@@ -26,6 +26,9 @@ needs nothing from around them.
   folding on the RLX graph with the RLX op's own semantics (transforms/fold/), in the
   program's precision (an fp16 program folds in fp16), so it runs once the precision is
   known. It walks regions itself: constant operands of a region op flow into the region.
+- ``fold_scalar_muls`` (after ``fold_constants``, in fp32 programs): ``(x * a) * 2**k`` ->
+  ``x * (a * 2**k)`` for scalar constants within a bound (transforms/scalar_muls.py; the
+  range where it could differ is in docs/numerics.md).
 - ``simplify`` makes the program smaller without changing a bit of any output
   (transforms/simplify.py, transforms/cse.py).
 
@@ -43,6 +46,7 @@ from .recognize_activations import recognize_activations
 from .recognize_attention import recognize_attention
 from .recognize_norms import recognize_norms
 from .regions import all_regions, inline_custom_calls
+from .scalar_muls import fold_scalar_muls
 from .rewrite import dce
 from .simplify import simplify
 
@@ -65,6 +69,7 @@ PASSES: Dict[str, Pass] = {p.name: p for p in (
     Pass("cse", cse),
     Pass("dce", dce),
     Pass("fold_constants", fold_constants, regions=False, options=("precision",)),
+    Pass("fold_scalar_muls", fold_scalar_muls, options=("precision",)),
 )}
 
 #: Before the function's transform (see the module docstring).
@@ -77,7 +82,7 @@ AFTER_AD = (
 )
 
 #: When the program's precision is known, just before the Core ML lowering.
-BEFORE_LOWERING = ("fold_constants",)
+BEFORE_LOWERING = ("fold_constants", "fold_scalar_muls")
 
 
 def run_passes(graph: Graph, names: Sequence[str], **options) -> Dict[str, List[Any]]:

@@ -7,7 +7,8 @@ dims: the binary op broadcasts implicitly (MIL does too), so the values are iden
 the program no longer materialises (tiles) the broadcast tensor; where x only lacks
 leading size-1 dims, x itself is the operand (``drop_unit_reshapes`` does the same for
 explicit reshapes, e.g. flax's bias reshape). ``simplify`` then runs the passes of
-``cse.py`` (common subexpressions, split backward as concatenate); tests/test_passes.py.
+``cse.py`` (common subexpressions, split backward as concatenate) and ``merge_slices``
+(slices cutting one axis -> one split); tests/test_passes.py, tests/test_peephole.py.
 
 Every pass here changes the graph it is given, in place (and returns a count); run on a
 region (``all_regions``), it changes a graph that its node owns (ir/graph.py), never a
@@ -18,6 +19,7 @@ from __future__ import annotations
 from ..ir import Graph, verify
 from ..ir.ops import ARITH_BINARY, COMPARE, LOGIC_BINARY
 from .cse import concat_pad_sums, cse
+from .merge_slices import merge_slices
 from .rewrite import Appender, dce, output_ids, substitute, users
 
 _IMPLICIT = set(ARITH_BINARY) | set(COMPARE) | set(LOGIC_BINARY)
@@ -125,6 +127,6 @@ def _higher_rank_partner(user, r) -> bool:
 def simplify(graph: Graph) -> Graph:
     # The passes do not verify one by one: one check when any of them changed.
     if (drop_broadcasts(graph) + collapse_reshapes(graph) + drop_unit_reshapes(graph)
-            + concat_pad_sums(graph) + cse(graph)):
+            + concat_pad_sums(graph) + cse(graph) + merge_slices(graph)):
         verify(graph)
     return graph

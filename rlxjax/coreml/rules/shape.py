@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir import DType
 from ..registry import lowering
 from .common import lax_pad, reshape, transpose
 
@@ -50,6 +51,26 @@ def _slice(ctx, node, x):
     return ctx.b.op("slice_by_index", ctx.out_type(node), x=x,
                     begin=np.asarray(p["start"], np.int32), end=np.asarray(p["limit"], np.int32),
                     stride=np.asarray(p["strides"], np.int32))
+
+
+@lowering("split")
+def _split(ctx, node, x):
+    """One MIL split for all the pieces (not one slice_by_index per piece); MIL's split
+    takes fp16/fp32/int32/bool, so other dtypes (int8, uint8) take one slice per piece."""
+    sizes, axis = node.params["sizes"], node.params["axis"]
+    types = [ctx.out_type(node, i) for i in range(len(sizes))]
+    if types[0].dtype not in (DType.f32, DType.f16, DType.i32, DType.bool):
+        outs, at = [], 0
+        for t, n in zip(types, sizes):
+            lo, hi = [0] * t.rank, list(x.shape)
+            lo[axis], hi[axis] = at, at + n
+            outs.append(ctx.b.op("slice_by_index", t, x=x, begin=np.asarray(lo, np.int32),
+                                 end=np.asarray(hi, np.int32),
+                                 stride=np.ones(t.rank, np.int32)))
+            at += n
+        return tuple(outs)
+    return ctx.b.op("split", types, x=x,
+                    axis=np.int32(axis), split_sizes=np.asarray(sizes, np.int32))
 
 
 def _lax_pad_mask(shape, cfg):

@@ -69,10 +69,15 @@ def _stack(ctx, eqn, *xs):
 
 @rule("split")
 def _split(ctx, eqn, x):
-    """lax.split (jnp.split, and JAX's transpose of concatenate): one slice per piece."""
+    """lax.split (jnp.split, and JAX's transpose of concatenate): one RLX split (its VJP
+    is JAX's, a concatenate); one slice per piece where x has a flexible size or a piece
+    is empty."""
     axis, rank = int(eqn.params["axis"]), x.type.rank
+    sizes = tuple(int(n) for n in eqn.params["sizes"])
+    if len(sizes) > 1 and all(sizes) and x.type.is_static:
+        return list(ctx.add_multi("split", [x], axis=axis, sizes=sizes))
     outs, start = [], 0
-    for n in (int(n) for n in eqn.params["sizes"]):
+    for n in sizes:
         lo, hi = [0] * rank, list(x.shape)
         lo[axis], hi[axis] = start, start + n
         outs.append(x if n == x.shape[axis] else

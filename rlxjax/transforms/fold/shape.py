@@ -44,6 +44,12 @@ def _slice(p, x):
     return x[idx].copy()
 
 
+@register_impl("fold", "split")
+def _split(p, x):
+    cuts = np.cumsum(p["sizes"])[:-1]
+    return tuple(piece.copy() for piece in np.split(x, cuts, axis=p["axis"]))
+
+
 @register_impl("fold", "pad")
 def _pad(p, x, value):
     """lax.pad: interior padding, then lo/hi edges (negative ones crop)."""

@@ -52,6 +52,18 @@ def _concatenate(ctx, node, cts, needs):
     return out
 
 
+@vjp_rule("split")
+def _split(ctx, node, cts, needs):
+    # JAX's transpose of split: the pieces' cotangents side by side, zeros only for a piece
+    # that has none. Nothing is added to them (the sum of zero pads that slices' VJPs give
+    # would turn a -0.0 into +0.0; transforms/cse.py concat_pad_sums).
+    if not needs[0]:
+        return [None]
+    parts = [ctx.instantiate(ct, v.type) for ct, v in zip(cts, node.outputs)]
+    return [ctx.add("concatenate", *parts, axis=node.params["axis"])
+            if len(parts) > 1 else parts[0]]
+
+
 @vjp_rule("slice")
 def _slice(ctx, node, cts, needs):
     # The cotangent goes back to the sliced positions: pad it with zeros, strides
