@@ -94,8 +94,8 @@ class LowerContext:
         self.target = target
         self.precision = precision
         self.flex = None  # a program with flexible inputs: symbolic.FlexDims
-        #: ids of the values a norm backward op recomputes statistics of (rules/norm.py:
-        #: their forward stays written out, so MIL CSE shares those statistics)
+        #: ids of the values a norm backward op computing dx recomputes statistics of
+        #: (rules/norm.py: their forward stays written out, so MIL CSE shares them)
         self.norm_grad_inputs: frozenset = frozenset()
 
     def dt(self, d: DType) -> DType:
@@ -165,7 +165,8 @@ def _norm_grad_inputs(graph: Graph) -> frozenset:
     while stack:
         g = stack.pop()
         for n in g.nodes:
-            if n.op in ("layer_norm_grad", "ada_layer_norm_grad"):
+            if n.op in ("layer_norm_grad", "ada_layer_norm_grad") and \
+                    "dx" in n.params["outputs"]:  # without dx only x̂ is needed: native
                 ids.add(n.inputs[0].id)
             for r in n.regions.values():  # a graph, or a list of them (cond's branches)
                 stack.extend(r if isinstance(r, (list, tuple)) else [r])

@@ -1,7 +1,8 @@
 """Lowering: the norm family, composed from primitive MIL ops with implicit broadcasting.
 
 ``layer_norm`` (and ada_layer_norm's layer kind) in fp32 is MIL's own ``layer_norm`` (with gamma/beta inside when they are
-constants, applied after it when they are runtime values: MIL wants them const). The other
+constants, applied after it when they are runtime values: MIL wants them const), except
+where a backward op computing dx recomputes its statistics (``uses_native``). The other
 norms, and every norm in fp16, are written out:
 ``mean = reduce_mean(x)``, ``xc = x - mean``, ``var = reduce_mean(xc * xc)`` (the centred
 two-pass variance: no ``E[x²] - E[x]²`` cancellation for data with a large mean),
@@ -117,11 +118,20 @@ def affine(b, y, gamma, beta):
     return y
 
 
+def uses_native(ctx, node, x):
+    """Whether the layer norm of ``node`` (forward or backward; x its first input, lowered
+    to ``x``) is MIL's ``layer_norm``: in fp32, unless a backward op computing dx
+    recomputes the statistics of the same x (``ctx.norm_grad_inputs``). A backward that
+    needs no dx (x is data, not differentiated) uses only x̂ = ``layer_norm(x)``, which
+    MIL CSE then shares with the forward's."""
+    return x.dtype == DType.f32 and node.inputs[0].id not in ctx.norm_grad_inputs
+
+
 @lowering("layer_norm")
 def _layer_norm(ctx, node, *inputs):
     x, gamma, beta, _ = split_affine(node, inputs)
     axes = range(node.params["axis"], x.type.rank)
-    if x.dtype == DType.f32 and node.inputs[0].id not in ctx.norm_grad_inputs:
+    if uses_native(ctx, node, x):
         return native_layer_norm(ctx.b, x, list(axes), node.params["eps"], gamma, beta)
     return affine(ctx.b, normalize(ctx.b, x, list(axes), node.params["eps"]), gamma, beta)
 
@@ -223,8 +233,7 @@ def _layer_norm2d(ctx, node, *inputs):
 def _ada_layer_norm(ctx, node, x, scale, shift):
     p, b, e = node.params, ctx.b, Ew(ctx.b)
     last = [x.type.rank - 1]
-    if p["kind"] == "layer" and x.dtype == DType.f32 and \
-            node.inputs[0].id not in ctx.norm_grad_inputs:
+    if p["kind"] == "layer" and uses_native(ctx, node, x):
         n = native_layer_norm(b, x, last, p["eps"], None, None)
     else:
         n = (normalize if p["kind"] == "layer" else rms_normalize)(b, x, last, p["eps"])

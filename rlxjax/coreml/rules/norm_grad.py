@@ -12,6 +12,9 @@ recomputed with the forward's centred two-pass helpers (rules/norm.py) rather th
 so that the forward and backward stay independent nodes. LayerNorm, RMSNorm, GroupNorm
 (in the grouped layout of ``group_layout``), LayerNorm2d and training BatchNorm differ only
 in their axes (``_Layout``); AdaLayerNorm uses the same ``dx`` with ``sy = dy·(1+scale)``.
+A LayerNorm (or layer-kind AdaLayerNorm) backward that needs no dx in fp32 takes x̂ from
+MIL's ``layer_norm`` instead, the same op the forward then uses (rules/norm.py
+``uses_native``), so that MIL CSE leaves one op for x̂ where the written-out form has seven.
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ import numpy as np
 from ...ir import TensorType
 from ..registry import lowering
 from .elementwise import Ew
-from .norm import along, group_layout, inv_std, moments, reduce_mean
+from .norm import along, group_layout, inv_std, moments, native_layer_norm, reduce_mean, \
+    uses_native
 from .common import reshape, scalar_like
 
 
@@ -120,7 +124,10 @@ def _affine_norm_grad(ctx, node, *inputs):
         return reshape(b, v, lay.grouped) if lay.grouped else v
 
     got = {}
-    if "dx" in want or "dgamma" in want:
+    if "dx" not in want and "dgamma" in want and node.op == "layer_norm_grad" and \
+            uses_native(ctx, node, x):
+        xhat = native_layer_norm(b, x, lay.stat_axes, p["eps"], None, None)
+    elif "dx" in want or "dgamma" in want:
         xhat, inv = norm_stats(b, grouped(x), lay.stat_axes, p["eps"], lay.centred)
     if "dx" in want:
         sy = e.binary("mul", dy, lay.gamma_view(b, gamma)) if gamma is not None else dy
@@ -173,7 +180,9 @@ def _ada_layer_norm_grad(ctx, node, x, scale, dy):
     last, centred = [x.type.rank - 1], p["kind"] == "layer"
     want = p["outputs"]
     got = {}
-    if "dx" in want or "dscale" in want:
+    if "dx" not in want and "dscale" in want and centred and uses_native(ctx, node, x):
+        n = native_layer_norm(b, x, last, p["eps"], None, None)
+    elif "dx" in want or "dscale" in want:
         n, inv = norm_stats(b, x, last, p["eps"], centred)
     if "dx" in want:
         sy = e.binary("mul", dy, e.binary("add", scale, scalar_like(scale, 1)))
