@@ -124,12 +124,13 @@ def test_unit_reshape_kept_when_it_sets_the_rank(monkeypatch):
 
 def test_mil_cse_shares_norm_statistics(monkeypatch):
     def loss(p, x):  # a hand-written layer norm: recognised, paired with its fused backward
-        mu = x.mean(-1, keepdims=True)
+        x = x + p["s"]  # the norm's input is differentiated: its backward recomputes the
+        mu = x.mean(-1, keepdims=True)  # statistics (else x-hat is MIL's layer_norm)
         h = (x - mu) * jax.lax.rsqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
         h = h * p["g"] + p["b"]
         return jnp.mean(((h * h * h) @ p["w"]) ** 2)
 
-    p = {"g": _x(8, seed=1) + 1, "b": _x(8, seed=2), "w": _x(8, 8, seed=3)}
+    p = {"g": _x(8, seed=1) + 1, "b": _x(8, seed=2), "w": _x(8, 8, seed=3), "s": _x(8, seed=4)}
     ops_on, ops_off = check_pass(monkeypatch, "mil_cse", loss, p, _x(4, 8), grad=True,
                                  rtol=1e-4, atol=1e-6)
     assert ops_on <= ops_off - 5  # the norm backward's recomputed statistics

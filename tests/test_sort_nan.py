@@ -58,10 +58,20 @@ def test_top_k_gradient_follows_the_same_order():
                                   jax.grad(loss)(x))
 
 
-def test_a_negative_nan_ranks_as_a_positive_one():
-    """Documented difference: XLA puts -NaN last in top_k; Core ML cannot read a NaN's sign."""
+def test_a_negative_nan_ranks_as_a_positive_one_in_the_program():
+    """Documented difference: XLA puts -NaN last in top_k; Core ML cannot read a NaN's sign.
+    A Python call refuses the -NaN (tests/test_nan_sign.py); what the program itself does,
+    as a Swift caller would see it, is rank it as +NaN."""
     x = np.array([np.inf, np.nan, -np.nan, -np.inf, 3], F32)
-    values, idx = rlxjax.coreml_jit(lambda x: lax.top_k(x, 5), backend="reference")(x)
+    assert np.signbit(x[2]) and np.isnan(x[2])
+    compiled = rlxjax.coreml_jit(lambda x: lax.top_k(x, 5), backend="reference").lower(x).compile()
+    with pytest.raises(rlxjax.ArgumentError, match="sign bit"):
+        compiled(x)
+    from rlxjax.runtime import make_backend
+
+    program = make_backend("reference", compiled.spec, compiled._weights_dir)
+    res = program.run({compiled.input_specs[0].mil_name: x})
+    idx = res[compiled.output_specs[1].mil_name]
     np.testing.assert_array_equal(idx, [1, 2, 0, 4, 3])
     assert list(np.asarray(lax.top_k(x, 5)[1])) == [1, 0, 4, 3, 2]  # XLA
 

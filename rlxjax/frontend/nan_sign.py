@@ -45,14 +45,12 @@ def _where(eqn, nested=False) -> str:
 def sensitive_args(jaxpr, leaves: Sequence[int]) -> Dict[int, str]:
     """{argument leaf index: where its values meet a top_k} for the float arguments of
     ``jaxpr`` (whose invars are the argument leaves ``leaves``, then any host inputs)."""
-    from jax.extend import core as jex
-
     env = {v: {leaf} for v, leaf in zip(jaxpr.invars, leaves)
            if np.dtype(v.aval.dtype).kind == "f"}
     found: Dict[int, str] = {}
     for eqn in jaxpr.eqns:
         srcs = set().union(*(env.get(v, ()) for v in eqn.invars
-                             if not isinstance(v, jex.Literal)))
+                             if not isinstance(v, jc.Literal)))
         if not srcs:
             continue
         name = eqn.primitive.name
