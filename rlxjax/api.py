@@ -22,6 +22,7 @@ from .frontend.zerosize import EMPTY_IO_KEY, interleave
 from .ir import Graph
 from .runtime import make_backend, resolve_backend
 from .coreml.mil_cse import mil_cse
+from .coreml.mil_linear_bias import fuse_linear_bias
 from .transforms import pipeline
 from .frontend.rules.random import reject_prng_key
 from .frontend.random_inputs import check_mode as check_random_mode
@@ -316,6 +317,7 @@ class Lowered:
             model.description.metadata.userDefined[nan_sign.METADATA_KEY] = json.dumps(
                 {ins[where[i]].mil_name: w for i, w in self._traced.nan_sign.items()})
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
+        fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
         return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
 
 
