@@ -392,7 +392,8 @@ def test_batch_norm_vs_float64(data):
     dtype = data.draw(st.sampled_from([F32, F16]))
     shape = data.draw(shapes(min_dims=3, max_dims=5))
     c = shape[1]
-    kw = {"x": data.draw(arrays(dtype, shape, -5, 5)), "mean": data.draw(arrays(dtype, (c,), -2, 2)),
+    kw = {"x": data.draw(arrays(dtype, shape, -5, 5)),
+          "mean": data.draw(arrays(dtype, (c,), -2, 2)),
           "variance": data.draw(arrays(dtype, (c,), 0, 4)),
           "epsilon": dtype(data.draw(st.sampled_from([1e-5, 1e-3, 0.1])))}
     p = (c,) + (1,) * (len(shape) - 2)

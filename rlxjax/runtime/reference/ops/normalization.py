@@ -1,5 +1,6 @@
-"""layer_norm and batch_norm (coremltools iOS15 normalization.py): ``(x − mean)/sqrt(var + eps)·γ + β``
-over ``axes`` with the biased, centred variance; fp16 evaluated in fp32 and rounded once."""
+"""layer_norm and batch_norm (coremltools iOS15 normalization.py). layer_norm:
+``(x − mean)/sqrt(var + eps)·γ + β`` over ``axes`` with
+the biased, centred variance; fp16 evaluated in fp32 and rounded once."""
 from __future__ import annotations
 
 import numpy as np
