@@ -83,7 +83,7 @@ def _fuse_top_block(top) -> int:
             producer[o.name] = site
     for block in blocks(top):
         reads.update(block.outputs)
-    fused = 0
+    fused, dropped = 0, []
     for site in list(walk(top)):
         add = site.op
         if add.type != "add" or len(add.outputs) != 1:
@@ -95,24 +95,36 @@ def _fuse_top_block(top) -> int:
                     or "bias" in ls.op.inputs or reads[lin_name] != 1 \
                     or cs.op.type != "const" or not _fits(add, ls.op, cs.op):
                 continue
-            # In place, no insertion: the bias const takes the linear's slot and the fused
-            # linear the add's (nothing between them reads the linear: the add was its only
-            # reader; the linear's own inputs are defined before its old slot).
-            bias = type(cs.op)()
-            bias.CopyFrom(cs.op)
+            # No insertion: the fused linear takes the add's slot (the add was the linear's
+            # only reader, so nothing in between reads it; its own inputs come earlier).
+            # A bias const read only by the add is retyped in place (it precedes the add)
+            # and the linear's old slot is dropped; a shared one is copied into that slot.
             n = _dims(ls.op.outputs[0].type)[-1]
+            if reads[b_name] == 1:
+                bias, slot = cs.op, None
+            else:
+                bias, slot = type(cs.op)(), ls.op
+                bias.CopyFrom(cs.op)
+                _set_name(bias, _fresh(f"{lin_name}_bias", producer))
             _set_dims(bias.outputs[0].type, [n])
             _set_dims(bias.attributes["val"].type, [n])
-            _set_name(bias, _fresh(f"{lin_name}_bias", producer))
             fused_op = type(ls.op)()
             fused_op.CopyFrom(ls.op)
             fused_op.inputs["bias"].arguments.add().name = bias.outputs[0].name
             _set_name(fused_op, add.outputs[0].name)
-            ls.op.CopyFrom(bias)
             add.CopyFrom(fused_op)
-            producer[bias.outputs[0].name] = ls
+            if slot is None:
+                dropped.append((ls.block, ls.index))
+            else:
+                slot.CopyFrom(bias)
+                producer[bias.outputs[0].name] = ls
+                reads[b_name] -= 1
+                if reads[b_name] == 0:  # its last reader fused: the const is dead
+                    dropped.append((cs.block, cs.index))
             fused += 1
             break
+    for block, index in sorted(dropped, key=lambda d: -d[1]):
+        del block.operations[index]
     return fused
 
 
