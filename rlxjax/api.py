@@ -297,11 +297,15 @@ class Lowered:
         return str(self.graph)
 
     @_without_gc
-    def compile(self) -> Compiled:
+    def compile(self, keep_weight_layout: bool = False) -> Compiled:
+        """``keep_weight_layout``: constants are read in the layout they have (no
+        transposed copy of a ``[K, N]`` kernel for MIL ``linear``), so a weight shared with
+        another function of a multifunction package is stored once."""
         tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
         pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
-                                       states=self.states)
+                                       states=self.states,
+                                       keep_weight_layout=keep_weight_layout)
         if self._traced.host is not None:  # random="inputs": what the host feeds, per input
             rows = self._traced.host.metadata()
             for row, spec in zip(rows, ins[len(ins) - len(rows):]):

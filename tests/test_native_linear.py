@@ -123,3 +123,17 @@ def test_batch_norm_channel_last_or_runtime_stats_unchanged():
     xc = np.moveaxis(x, -1, 1)
     c = check_against_jax(lambda x, m: rnn.batch_norm(x, g, b, m, var, axis=1), xc, mean)
     assert "batch_norm" not in c.op_histogram()
+
+
+def test_kernel_read_twice_is_stored_once():
+    """A [K, N] kernel read by two products is not transposed (that would store it twice):
+    both stay matmul on the one constant; read once, it is linear with one [N, K] copy."""
+    rng = np.random.default_rng(4)
+    w = rng.normal(size=(6, 5)).astype(np.float32)
+    x, y = rng.normal(size=(3, 6)).astype(np.float32), rng.normal(size=(2, 6)).astype(np.float32)
+    c = check_against_jax(lambda x, y: (x @ w, y @ w), x, y)
+    assert c.op_histogram() == {"matmul": 2}, c.op_histogram()
+    assert c.cost_analysis()["weight_bytes"] == w.nbytes
+    c = check_against_jax(lambda x: x @ w, x)
+    assert c.op_histogram() == {"linear": 1}
+    assert c.cost_analysis()["weight_bytes"] == w.nbytes

@@ -76,16 +76,19 @@ LINEAR_RANKS = (1, 2, 3)
 LINEAR_DTYPES = (np.float16, np.float32)
 
 
-def native_linear(b, a, w, lc, rc, lb, out_type):
+def native_linear(b, a, w, lc, rc, lb, out_type, may_transpose):
     """MIL ``linear(x=a, weight=[N, K] constant)`` for ``dot_general(a, w)`` when ``w`` is
     a known rank-2 constant of a's (fp16/fp32) dtype, contracted on a's last dim and
-    without batch dims; None otherwise (the matmul forms)."""
+    without batch dims; None otherwise (the matmul forms). A ``[K, N]`` kernel is stored
+    transposed only when ``may_transpose`` (nothing else reads it: no second copy)."""
     known = b.known(w)
     if known is None or lb or known.ndim != 2 or a.type.rank not in LINEAR_RANKS \
             or list(lc) != [a.type.rank - 1] or len(rc) != 1:
         return None
     if known.dtype not in LINEAR_DTYPES or known.dtype != a.type.dtype.np \
             or out_type.dtype != a.type.dtype:
+        return None
+    if rc[0] == 0 and not may_transpose:
         return None
     weight = known if rc[0] == 1 else known.T  # -> [N, K]
     return b.op("linear", out_type, x=a, weight=b.const(np.ascontiguousarray(weight)))
@@ -94,7 +97,8 @@ def native_linear(b, a, w, lc, rc, lb, out_type):
 @lowering("dot_general")
 def _dot_general(ctx, node, a, b):
     (lc, rc), (lb, rb) = node.params["contract"], node.params["batch"]
-    lin = native_linear(ctx.b, a, b, lc, rc, lb, ctx.out_type(node))
+    lin = native_linear(ctx.b, a, b, lc, rc, lb, ctx.out_type(node),
+                        node.inputs[1].id in ctx.sole_read_consts)
     if lin is not None:
         return lin
     lf = [d for d in range(a.type.rank) if d not in lc and d not in lb]
