@@ -137,3 +137,14 @@ def test_kernel_read_twice_is_stored_once():
     c = check_against_jax(lambda x: x @ w, x)
     assert c.op_histogram() == {"linear": 1}
     assert w.nbytes <= c.cost_analysis()["weight_bytes"] < 2 * w.nbytes  # (+ small flags)
+
+
+def test_shared_row_bias_fuses_into_each_linear():
+    """One [1, N] bias constant added after two linears: fused into both (a [N] copy for the
+    first, the constant itself retyped for the last reader)."""
+    rng = np.random.default_rng(5)
+    w1, w2 = (rng.normal(size=(6, 4)).astype(np.float32) for _ in range(2))
+    bias = rng.normal(size=(1, 4)).astype(np.float32)
+    x = rng.normal(size=(3, 6)).astype(np.float32)
+    c = check_against_jax(lambda x: (x @ w1 + bias, jax.numpy.tanh(x) @ w2 + bias), x)
+    assert c.op_histogram() == {"linear": 2, "tanh": 1}, c.op_histogram()

@@ -98,10 +98,11 @@ def _fuse_top_block(top) -> int:
             # No insertion: the fused linear takes the add's slot (the add was the linear's
             # only reader, so nothing in between reads it; its own inputs come earlier).
             # A bias const read only by the add is retyped in place (it precedes the add)
-            # and the linear's old slot is dropped; a shared one is copied into that slot.
+            # and the linear's old slot is dropped; a shared [1, ..., N] one is copied (as
+            # [N], the same weight-file offset) into that slot.
             n = _dims(ls.op.outputs[0].type)[-1]
-            if reads[b_name] == 1:
-                bias, slot = cs.op, None
+            if reads[b_name] == 1 or _dims(cs.op.outputs[0].type) == [n]:
+                bias, slot = cs.op, None  # (a shared [N] bias is read as it is)
             else:
                 bias, slot = type(cs.op)(), ls.op
                 bias.CopyFrom(cs.op)
