@@ -22,6 +22,7 @@ from .frontend.zerosize import EMPTY_IO_KEY, interleave
 from .ir import Graph
 from .runtime import make_backend, resolve_backend
 from .coreml.mil_cse import mil_cse
+from .coreml.mil_linear_bias import fuse_linear_bias
 from .transforms import pipeline
 from .frontend.rules.random import reject_prng_key
 from .frontend.random_inputs import check_mode as check_random_mode
@@ -296,11 +297,15 @@ class Lowered:
         return str(self.graph)
 
     @_without_gc
-    def compile(self) -> Compiled:
+    def compile(self, keep_weight_layout: bool = False) -> Compiled:
+        """``keep_weight_layout``: constants are read in the layout they have (no
+        transposed copy of a ``[K, N]`` kernel for MIL ``linear``), so a weight shared with
+        another function of a multifunction package is stored once."""
         tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
         pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
         model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
-                                       states=self.states)
+                                       states=self.states,
+                                       keep_weight_layout=keep_weight_layout)
         if self._traced.host is not None:  # random="inputs": what the host feeds, per input
             rows = self._traced.host.metadata()
             for row, spec in zip(rows, ins[len(ins) - len(rows):]):
@@ -316,6 +321,7 @@ class Lowered:
             model.description.metadata.userDefined[nan_sign.METADATA_KEY] = json.dumps(
                 {ins[where[i]].mil_name: w for i, w in self._traced.nan_sign.items()})
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
+        fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
         return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
 
 

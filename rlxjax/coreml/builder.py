@@ -146,7 +146,9 @@ class MilBuilder:
             t = None
         else:
             t = TensorType(arr.shape, _dtype_of(arr))
-            val = self._const_value(arr, t)
+            # A weight-file constant is written by close_blob, and only if some op reads it
+            # (a rule may replace it by a derived constant: linear's transposed weight).
+            val = _PendingBlob(arr, t) if _in_blob(arr, t) else self._const_value(arr, t)
         var = Var(self.fresh("const"), t, None)
         op = _Op("const", {}, [var], {"val": val})
         var.producer = op
@@ -165,7 +167,7 @@ class MilBuilder:
                        value=np.asarray(value, t.dtype.np))
 
     def _const_value(self, arr: np.ndarray, t: TensorType) -> MIL_pb2.Value:
-        if arr.size >= BLOB_MIN_ELEMENTS and t.dtype != DType.bool:
+        if _in_blob(arr, t):
             offset = self._write_blob(arr)
             return blob_file_value(f"@model_path/weights/{WEIGHT_FILE}", offset, arr.shape,
                                    _PROTO_DTYPE[t.dtype])
@@ -221,6 +223,28 @@ class MilBuilder:
         return self._const_value(arr, TensorType(arr.shape, _dtype_of(arr)))
 
     def close_blob(self) -> None:
+        """Write the weight-file constants some op reads (dropping the unread ones), then
+        close the weight file. Call once, after the last op."""
+        read = set()
+
+        def reads(ops):
+            for op in ops:
+                for v in op.inputs.values():
+                    read.update(id(x) for x in (v if isinstance(v, list) else [v]))
+                for blk in op.blocks:
+                    read.update(id(x) for x in blk.outputs)
+                    reads(blk.ops)
+
+        reads(self._root)
+        kept = []
+        for op in self._root:
+            val = op.attrs.get("val") if op.type == "const" else None
+            if isinstance(val, _PendingBlob):
+                if id(op.outputs[0]) not in read:
+                    continue
+                op.attrs["val"] = self._const_value(val.arr, val.type)
+            kept.append(op)
+        self._root[:] = kept
         self._blob = None  # the writer flushes on destruction
 
     # -- operations ----------------------------------------------------------------
@@ -292,6 +316,17 @@ class MilBuilder:
     def write_ops(self, block: MIL_pb2.Block) -> None:
         """Append the ops, serialised, to ``block.operations`` (made in place: no copies)."""
         _write_ops(self.ops, block)
+
+
+class _PendingBlob:
+    """A weight-file constant's value until close_blob writes it."""
+
+    def __init__(self, arr: np.ndarray, type: TensorType):
+        self.arr, self.type = arr, type
+
+
+def _in_blob(arr: np.ndarray, t: TensorType) -> bool:
+    return arr.size >= BLOB_MIN_ELEMENTS and t.dtype != DType.bool
 
 
 def _dtype_of(arr: np.ndarray) -> DType:

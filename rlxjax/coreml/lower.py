@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, fields
 from typing import List, Tuple
 
@@ -97,6 +98,8 @@ class LowerContext:
         #: ids of the values a norm backward op computing dx recomputes statistics of
         #: (rules/norm.py: their forward stays written out, so MIL CSE shares them)
         self.norm_grad_inputs: frozenset = frozenset()
+        #: ids of constants read once (rules/linear.py may store such a kernel transposed)
+        self.sole_read_consts: frozenset = frozenset()
 
     def dt(self, d: DType) -> DType:
         """The MIL dtype the program computes values of RLX dtype ``d`` in."""
@@ -173,8 +176,25 @@ def _norm_grad_inputs(graph: Graph) -> frozenset:
     return frozenset(ids)
 
 
+def _sole_read_consts(graph: Graph) -> frozenset:
+    """Ids of the constants one node reads once (and no graph output): a rule may replace
+    such a weight by a derived constant (linear's transposed kernel) without storing both."""
+    reads, consts, stack = Counter(v.id for _, v in graph.outputs), set(), [graph]
+    while stack:
+        g = stack.pop()
+        for n in g.nodes:
+            reads.update(v.id for v in n.inputs)
+            if n.op == "constant":
+                consts.update(v.id for v in n.outputs)
+            for r in n.regions.values():  # a graph, or a list of them (cond's branches)
+                for sub in (r if isinstance(r, (list, tuple)) else [r]):
+                    stack.append(sub)
+                    reads.update(v.id for _, v in sub.outputs)
+    return frozenset(c for c in consts if reads[c] == 1)
+
+
 def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
-                states=None):
+                states=None, keep_weight_layout: bool = False):
     """Lower ``graph``; weights go to ``weights_dir``/weight.bin. Returns (model, inputs, outputs).
 
     ``states`` maps the names of graph inputs that are Core ML states (fp16, iOS18) to the
@@ -191,6 +211,7 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     if not all(v.type.is_static for _, v in graph.inputs):  # flexible inputs
         ctx.flex = FlexDims(b)
     ctx.norm_grad_inputs = _norm_grad_inputs(graph)
+    ctx.sole_read_consts = frozenset() if keep_weight_layout else _sole_read_consts(graph)
     env = {}
 
     mil_names = _unique([sanitize(n) for n, _ in graph.inputs] +

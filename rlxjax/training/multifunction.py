@@ -147,7 +147,8 @@ def compile_predict(step, program, fn: Callable, example_inputs):
     pf = PredictFunction(fn, program.layout, target=step.target, backend=step.backend,
                          split=split)
     lead = () if split is None else (list(split.values),)
-    compiled = pf.lower(*lead, _params_structs(program), *example_inputs).compile()
+    compiled = pf.lower(*lead, _params_structs(program), *example_inputs).compile(
+        keep_weight_layout=True)  # a weight it shares with train_step: stored once
     layout = program.layout
     meta = {"state": layout.mode, "params": "states" if layout.mode == "mlstate" else "inputs"}
     if layout.mode == "mlstate":  # where the params live in the states it reads

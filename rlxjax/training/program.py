@@ -163,7 +163,7 @@ def compile_program(step, args, *, mode: str, has_aux: bool) -> TrainProgram:
     """Lower and compile ``step`` (a TrainStep) for ``args`` = (params, opt_state, *batch)
     (mlstate: params and opt_state as ShapeDtypeStruct trees), and record its layout in
     the package metadata."""
-    compiled = step.lower(*args).compile()
+    compiled = step.lower(*args).compile(keep_weight_layout=True)  # shared with predict
     n_p = len(jax.tree_util.tree_leaves(args[0]))
     n_s = len(jax.tree_util.tree_leaves(args[1]))
     tensors = state_layout(args[0], args[1]) if mode == "mlstate" else None

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from _crosscheck import CHECKED, IOS15, IOS17, checks, cross_check
+from _crosscheck import CHECKED, IOS15, IOS17, checks, cross_check, mine_inputs
 from rlxjax.runtime.reference.ops import OPS
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -31,6 +31,8 @@ OPS_WITHOUT_VALUE_INFERENCE = {
                "test_one_hot_vs_jax checks it against jax.nn.one_hot",
     "conv": "coremltools' conv has only type_inference; tests/test_conv.py::"
             "test_reference_conv_vs_jax checks it against lax.conv_general_dilated",
+    "batch_norm": "coremltools' batch_norm has only type_inference; test_batch_norm_vs_float64 "
+                  "checks it against float64 numpy, tests/test_native_linear.py against JAX",
     "random_bernoulli": "random: no value to infer (Core ML's generator is its own); "
                         "tests/test_random.py checks its distribution, dtypes and seeds",
     "random_uniform": "random: no value to infer; tests/test_random_device.py checks its "
@@ -372,6 +374,8 @@ def test_listed_ops_really_lack_value_inference(op):
                              "updates": np.ones((1, 2), F32)},
               "one_hot": {"indices": np.array([0, 1], I32), "one_hot_vector_size": 3},
               "conv": {"x": np.ones((1, 2, 5), F32), "weight": np.ones((3, 2, 2), F32)},
+              "batch_norm": {"x": np.ones((1, 2, 3), F32), "mean": np.zeros(2, F32),
+                             "variance": np.ones(2, F32)},
               "random_bernoulli": {"shape": np.array([2, 3], I32), "seed": 1},
               "random_uniform": {"shape": np.array([2, 3], I32), "seed": 1},
               "random_normal": {"shape": np.array([2, 3], I32), "seed": 1}}[op]
@@ -380,6 +384,31 @@ def test_listed_ops_really_lack_value_inference(op):
 
     with Function({}):
         assert getattr(mb, op)(**kwargs).val is None
+
+
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_batch_norm_vs_float64(data):
+    dtype = data.draw(st.sampled_from([F32, F16]))
+    shape = data.draw(shapes(min_dims=3, max_dims=5))
+    c = shape[1]
+    kw = {"x": data.draw(arrays(dtype, shape, -5, 5)),
+          "mean": data.draw(arrays(dtype, (c,), -2, 2)),
+          "variance": data.draw(arrays(dtype, (c,), 0, 4)),
+          "epsilon": dtype(data.draw(st.sampled_from([1e-5, 1e-3, 0.1])))}
+    p = (c,) + (1,) * (len(shape) - 2)
+    v = {k: np.asarray(a, np.float64) for k, a in kw.items()}
+    want = (v["x"] - v["mean"].reshape(p)) / np.sqrt(v["variance"].reshape(p) + v["epsilon"])
+    for name in ("gamma", "beta"):
+        if data.draw(st.booleans()):
+            kw[name] = data.draw(arrays(dtype, (c,), -2, 2))
+            want = want * kw[name].astype(np.float64).reshape(p) if name == "gamma" \
+                else want + kw[name].astype(np.float64).reshape(p)
+    (got,) = OPS["batch_norm"](mine_inputs(kw))
+    assert got.dtype == dtype and got.shape == shape
+    # fp32: evaluated in fp32 (a few roundings, |x̂| <= ~10/sqrt(eps)); fp16: rounded once.
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(got.astype(np.float64), want, **tol)
 
 
 # --- attention (iOS18) -----------------------------------------------------------------------

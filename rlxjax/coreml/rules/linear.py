@@ -4,7 +4,13 @@ When the lhs already sits as ``[batch..., free..., contract...]`` with two or mo
 dims (a Dense on a rank-3 activation, its input gradient), it enters ``matmul`` at its own
 rank instead: MIL's matmul broadcasts the leading dims of ``[..., M, K] @ [K, N]``, so the
 free dims other than the last need no flattening and the result no reshape back. Each
-output element is the same dot product as in the flattened form (:func:`nd_form`)."""
+output element is the same dot product as in the flattened form (:func:`nd_form`).
+
+When the rhs is a known constant matrix (an inference export's weight, a closed-over
+parameter) and the lhs ``x[..., K]`` of rank 1-3 contracts its last dim, the product is
+MIL's ``linear`` (:func:`native_linear`): ``weight`` is the ``[N, K]`` constant (a flax
+Dense kernel ``[K, N]`` transposed at compile time, exact), and a following constant bias
+add is fused into it on the protobuf (coreml/mil_linear_bias.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -64,9 +70,37 @@ def matmul_nd(b, a, y, tx, ty, nb, nf, out_type, reshape_to, size):
     return reshape_to(out, out_type.shape)
 
 
+#: MIL linear's x rank range and dtypes (coremltools iOS15 linear: 1 <= rank <= 3; fp16 /
+#: fp32 here, weight of x's dtype).
+LINEAR_RANKS = (1, 2, 3)
+LINEAR_DTYPES = (np.float16, np.float32)
+
+
+def native_linear(b, a, w, lc, rc, lb, out_type, may_transpose):
+    """MIL ``linear(x=a, weight=[N, K] constant)`` for ``dot_general(a, w)`` when ``w`` is
+    a known rank-2 constant of a's (fp16/fp32) dtype, contracted on a's last dim and
+    without batch dims; None otherwise (the matmul forms). A ``[K, N]`` kernel is stored
+    transposed only when ``may_transpose`` (nothing else reads it: no second copy)."""
+    known = b.known(w)
+    if known is None or lb or known.ndim != 2 or a.type.rank not in LINEAR_RANKS \
+            or list(lc) != [a.type.rank - 1] or len(rc) != 1:
+        return None
+    if known.dtype not in LINEAR_DTYPES or known.dtype != a.type.dtype.np \
+            or out_type.dtype != a.type.dtype:
+        return None
+    if rc[0] == 0 and not may_transpose:
+        return None
+    weight = known if rc[0] == 1 else known.T  # -> [N, K]
+    return b.op("linear", out_type, x=a, weight=b.const(np.ascontiguousarray(weight)))
+
+
 @lowering("dot_general")
 def _dot_general(ctx, node, a, b):
     (lc, rc), (lb, rb) = node.params["contract"], node.params["batch"]
+    lin = native_linear(ctx.b, a, b, lc, rc, lb, ctx.out_type(node),
+                        node.inputs[1].id in ctx.sole_read_consts)
+    if lin is not None:
+        return lin
     lf = [d for d in range(a.type.rank) if d not in lc and d not in lb]
     rf = [d for d in range(b.type.rank) if d not in rc and d not in rb]
     tx = nd_form(a.type.rank, lb, lf, lc, rf)

@@ -190,12 +190,32 @@ def _batch_norm(ctx, node, *inputs):
     x, gamma, beta, (mean, var) = split_affine(node, inputs, 2)
     p, b, e = node.params, ctx.b, Ew(ctx.b)
     ax, rank = p["axis"], x.type.rank
+    native = native_batch_norm(b, x, ax, p["eps"], mean, var, gamma, beta)
+    if native is not None:
+        return native
     # Per-channel work first ([C] vectors), then one sub, one mul, one add over x.
     scale = inv_std(b, var, p["eps"])
     if gamma is not None:
         scale = e.binary("mul", scale, gamma)
     y = e.binary("mul", e.binary("sub", x, along(b, mean, ax, rank)), along(b, scale, ax, rank))
     return affine(b, y, None, along(b, beta, ax, rank) if beta is not None else None)
+
+
+def native_batch_norm(b, x, axis, eps, mean, var, gamma, beta):
+    """MIL's own ``batch_norm`` (one op for the written-out form's six or seven) when its
+    statistics and affine are known constants of x's dtype (an inference export's) and x
+    is laid out as it wants: ``[n, C, *D]`` of rank 3-5 (channel axis 1, NCHW). None
+    otherwise: channel-last x (flax's NHWC) would need a transpose on each side, not worth
+    it; runtime statistics cannot go in (MIL wants them const)."""
+    if axis != 1 or not 3 <= x.type.rank <= 5 or x.dtype not in (DType.f16, DType.f32):
+        return None
+    given = {"mean": mean, "variance": var, "gamma": gamma, "beta": beta}
+    vals = {k: b.known(v) for k, v in given.items() if v is not None}
+    if any(v is None or np.asarray(v).dtype != x.dtype.np for v in vals.values()):
+        return None
+    return b.op("batch_norm", TensorType(x.shape, x.dtype), x=x,
+                **{k: b.const(np.reshape(v, (-1,))) for k, v in vals.items()},
+                epsilon=scalar_like(x, eps))
 
 
 @lowering("batch_norm_train")

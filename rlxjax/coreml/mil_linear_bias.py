@@ -1,0 +1,135 @@
+"""Peephole on the lowered ML Program: fuse a constant bias add into the ``linear`` before it.
+
+A Dense layer with constant parameters lowers to ``linear(x, weight)`` (rules/linear.py)
+followed by the RLX ``add`` of its bias, lowered on its own: ``add(linear_out, b)``. When
+``b`` is a const of shape ``[N]`` (or ``[1, ..., 1, N]``: broadcast on the last axis only)
+and the add is the linear's only reader, the pair is one ``linear(x, weight, bias=b)``:
+the same values, since MIL's linear adds its bias to each finished dot product (as the
+add did) and the reshape of the bias to ``[N]`` keeps its data. The fused op takes the
+add's output name (it may be a block output), so no reader needs renaming.
+
+Done here rather than at lowering because only the whole program tells whether the
+linear's output has other readers (a graph output, a nested block, a backward pass).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from .mil import blocks, top_blocks, walk
+
+
+def _names(op):
+    for arg in op.inputs.values():
+        for b in arg.arguments:
+            if b.WhichOneof("binding") == "name":
+                yield b.name
+
+
+def _single_name(op, param):
+    arg = op.inputs.get(param)
+    if arg is None or len(arg.arguments) != 1 or arg.arguments[0].WhichOneof("binding") != "name":
+        return None
+    return arg.arguments[0].name
+
+
+def _dims(vtype):
+    t = vtype.tensorType
+    if any(d.WhichOneof("dimension") != "constant" for d in t.dimensions):
+        return None
+    return [d.constant.size for d in t.dimensions]
+
+
+def _set_dims(vtype, dims):
+    t = vtype.tensorType
+    del t.dimensions[:]
+    for d in dims:
+        t.dimensions.add().constant.size = d
+    t.rank = len(dims)
+
+
+def _fits(add, lin, const):
+    """Whether ``const`` (the add's other operand) is a bias ``[N]`` / ``[1, ..., N]`` of the
+    linear's dtype and the add's output type is the linear's."""
+    out_dims, b_dims = _dims(lin.outputs[0].type), _dims(const.outputs[0].type)
+    same = lambda a, b: a.SerializeToString(deterministic=True) == \
+        b.SerializeToString(deterministic=True)
+    return (out_dims is not None and b_dims is not None and 0 < len(b_dims) <= len(out_dims)
+            and b_dims[-1] == out_dims[-1] and all(d == 1 for d in b_dims[:-1])
+            and same(add.outputs[0].type, lin.outputs[0].type)
+            and const.outputs[0].type.tensorType.dataType
+            == lin.outputs[0].type.tensorType.dataType)
+
+
+def _set_name(op, name):
+    op.outputs[0].name = name
+    if "name" in op.attributes:
+        op.attributes["name"].immediateValue.tensor.strings.values[:] = [name]
+
+
+def _fresh(name, taken) -> str:
+    k, out = 0, name
+    while out in taken:
+        k += 1
+        out = f"{name}_{k}"
+    return out
+
+
+def _fuse_top_block(top) -> int:
+    reads = Counter()
+    producer = {}  # output name -> OpSite
+    for site in walk(top):
+        reads.update(_names(site.op))
+        for o in site.op.outputs:
+            producer[o.name] = site
+    for block in blocks(top):
+        reads.update(block.outputs)
+    fused, dropped = 0, []
+    for site in list(walk(top)):
+        add = site.op
+        if add.type != "add" or len(add.outputs) != 1:
+            continue
+        for lin_param, b_param in (("x", "y"), ("y", "x")):
+            lin_name, b_name = _single_name(add, lin_param), _single_name(add, b_param)
+            ls, cs = producer.get(lin_name), producer.get(b_name)
+            if ls is None or cs is None or ls.op.type != "linear" or ls.block is not site.block \
+                    or "bias" in ls.op.inputs or reads[lin_name] != 1 \
+                    or cs.op.type != "const" or not _fits(add, ls.op, cs.op):
+                continue
+            # No insertion: the fused linear takes the add's slot (the add was the linear's
+            # only reader, so nothing in between reads it; its own inputs come earlier).
+            # A bias const read only by the add is retyped in place (it precedes the add)
+            # and the linear's old slot is dropped; a shared [1, ..., N] one is copied (as
+            # [N], the same weight-file offset) into that slot.
+            n = _dims(ls.op.outputs[0].type)[-1]
+            if reads[b_name] == 1 or _dims(cs.op.outputs[0].type) == [n]:
+                bias, slot = cs.op, None  # (a shared [N] bias is read as it is)
+            else:
+                bias, slot = type(cs.op)(), ls.op
+                bias.CopyFrom(cs.op)
+                _set_name(bias, _fresh(f"{lin_name}_bias", producer))
+            _set_dims(bias.outputs[0].type, [n])
+            _set_dims(bias.attributes["val"].type, [n])
+            fused_op = type(ls.op)()
+            fused_op.CopyFrom(ls.op)
+            fused_op.inputs["bias"].arguments.add().name = bias.outputs[0].name
+            _set_name(fused_op, add.outputs[0].name)
+            add.CopyFrom(fused_op)
+            if slot is None:
+                dropped.append((ls.block, ls.index))
+            else:
+                slot.CopyFrom(bias)
+                producer[bias.outputs[0].name] = ls
+                reads[b_name] -= 1
+                if reads[b_name] == 0:  # its last reader fused: the const is dead
+                    dropped.append((cs.block, cs.index))
+            fused += 1
+            break
+    for block, index in sorted(dropped, key=lambda d: -d[1]):
+        del block.operations[index]
+    return fused
+
+
+def fuse_linear_bias(model) -> int:
+    """Fuse constant bias adds into ``linear`` ops in every function of ``model`` (a
+    Model_pb2.Model with an mlProgram) in place; returns how many were fused."""
+    return sum(_fuse_top_block(top) for top in top_blocks(model))
