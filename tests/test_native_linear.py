@@ -148,3 +148,27 @@ def test_shared_row_bias_fuses_into_each_linear():
     x = rng.normal(size=(3, 6)).astype(np.float32)
     c = check_against_jax(lambda x: (x @ w1 + bias, jax.numpy.tanh(x) @ w2 + bias), x)
     assert c.op_histogram() == {"linear": 2, "tanh": 1}, c.op_histogram()
+
+
+def test_tied_embedding_export_stores_the_table_once(tmp_path):
+    """An LM head tied to the embedding (logits = h @ E.T, E also gathered): the head's
+    linear reads the embedding's own constant, so weight.bin holds E once."""
+    import os
+
+    class Tied(nn.Module):
+        @nn.compact
+        def __call__(self, tok):
+            emb = nn.Embed(300, 32)
+            h = nn.Dense(32)(emb(tok))
+            return h @ emb.embedding.T
+
+    tok = np.array([[1, 7, 299, 3]], np.int32)
+    m = Tied()
+    p = m.init(jax.random.PRNGKey(0), tok)
+    c = rlxjax.export_inference(m.apply, p, tok)
+    assert c.op_histogram().get("linear", 0) == 2
+    assert_tree_close(c(tok), jax.jit(m.apply)(p, tok), rtol=1e-5, atol=1e-5)
+    c.save(str(tmp_path / "tied.mlpackage"))
+    size = os.path.getsize(tmp_path / "tied.mlpackage/Data/com.apple.CoreML/weights/weight.bin")
+    table = 300 * 32 * 4
+    assert table <= size < 2 * table, size  # the table once (+ the 32x32 kernel, headers)

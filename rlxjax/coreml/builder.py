@@ -126,12 +126,27 @@ class MilBuilder:
         var.name = name
 
     # -- constants -----------------------------------------------------------------
-    def const(self, value, dtype: Optional[DType] = None, *, foldable: bool = True) -> Var:
+    def const(self, value, dtype: Optional[DType] = None, *, foldable: bool = True,
+              derived: bool = False) -> Var:
         """A const op of ``value`` (one per distinct content). ``foldable=False``: the
         rules may not compute with its value (``known`` is None), so a reshape or transpose
         of it stays an op instead of becoming a second constant - a frozen weight is stored
-        once (rules/constexpr.py)."""
+        once (rules/constexpr.py). ``derived=True``: a weight a rule computed for one op
+        (linear's transposed kernel): an equal constant already made is reused (a tied
+        embedding and its transpose are stored once); else it is written to the weight
+        file at once and not kept for later merging (its key would hold a copy: a model's
+        worth of transposed kernels in memory until the end of the lowering)."""
         arr = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype.np)
+        if derived:
+            hit = self._const_cache.get(param_key(arr))
+            if hit is not None:
+                return hit
+            t = TensorType(arr.shape, _dtype_of(arr))
+            var = Var(self.fresh("const"), t, None)
+            op = _Op("const", {}, [var], {"val": self._const_value(arr, t)})
+            var.producer = op
+            self._root.append(op)
+            return var
         if arr.dtype.kind == "U":
             key = ("str", str(arr))
         else:

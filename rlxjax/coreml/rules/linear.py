@@ -91,7 +91,7 @@ def native_linear(b, a, w, lc, rc, lb, out_type, may_transpose):
     if rc[0] == 0 and not may_transpose:
         return None
     weight = known if rc[0] == 1 else known.T  # -> [N, K]
-    return b.op("linear", out_type, x=a, weight=b.const(np.ascontiguousarray(weight)))
+    return b.op("linear", out_type, x=a, weight=b.const(weight, derived=weight is not known))
 
 
 @lowering("dot_general")
