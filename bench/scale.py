@@ -123,13 +123,9 @@ def child(model, kind, concrete, peer):
 
 
 def _peer_convert(fn, args, kind, aux, path):
-    import coremltools as ct
     import jax
     import optax
-    from jax._src.interpreters import mlir as jax_mlir
-    from jax._src.lib.mlir import ir
-    from jax.export import export
-    from stablehlo_coreml import build_pass_pipeline, convert
+    from vs_peer import peer_save
 
     if kind == "grad":
         f = jax.grad(fn, has_aux=aux)
@@ -142,13 +138,7 @@ def _peer_convert(fn, args, kind, aux, path):
             return value, optax.apply_updates(params, updates), new_state
     else:
         f = fn
-    exported = export(jax.jit(f))(*args)
-    module = ir.Module.parse(exported.mlir_module(), context=jax_mlir.make_ir_context())
-    prog = convert(module, minimum_deployment_target=ct.target.iOS18)
-    model = ct.convert(prog, source="milinternal", minimum_deployment_target=ct.target.iOS18,
-                       compute_precision=ct.precision.FLOAT32,
-                       pass_pipeline=build_pass_pipeline(), skip_model_load=True)
-    model.save(path)
+    peer_save(f, args, path)
 
 
 def run_child(model, kind, *, concrete=False, peer=False, python=sys.executable,

@@ -122,6 +122,14 @@ def rlxjax_compile(fn, args, grad, path):
 
 
 def peer_compile(fn, args, grad, path):
+    import jax
+
+    peer_save(jax.grad(_fresh(fn)) if grad else _fresh(fn), args, path)
+
+
+def peer_save(f, args, path):
+    """The peer's conversion of ``jax.jit(f)`` at ``args`` (export, convert for iOS18 in
+    fp32 with its own pass pipeline), saved at ``path``."""
     import coremltools as ct
     import jax
     from jax._src.interpreters import mlir as jax_mlir
@@ -129,7 +137,6 @@ def peer_compile(fn, args, grad, path):
     from jax.export import export
     from stablehlo_coreml import build_pass_pipeline, convert
 
-    f = jax.grad(_fresh(fn)) if grad else _fresh(fn)
     exported = export(jax.jit(f))(*args)
     module = ir.Module.parse(exported.mlir_module(), context=jax_mlir.make_ir_context())
     prog = convert(module, minimum_deployment_target=ct.target.iOS18)
