@@ -137,16 +137,6 @@ class MilBuilder:
         file at once and not kept for later merging (its key would hold a copy: a model's
         worth of transposed kernels in memory until the end of the lowering)."""
         arr = np.asarray(value) if dtype is None else np.asarray(value, dtype=dtype.np)
-        if derived:
-            hit = self._const_cache.get(param_key(arr))
-            if hit is not None:
-                return hit
-            t = TensorType(arr.shape, _dtype_of(arr))
-            var = Var(self.fresh("const"), t, None)
-            op = _Op("const", {}, [var], {"val": self._const_value(arr, t)})
-            var.producer = op
-            self._root.append(op)
-            return var
         if arr.dtype.kind == "U":
             key = ("str", str(arr))
         else:
@@ -163,11 +153,14 @@ class MilBuilder:
             t = TensorType(arr.shape, _dtype_of(arr))
             # A weight-file constant is written by close_blob, and only if some op reads it
             # (a rule may replace it by a derived constant: linear's transposed weight).
-            val = _PendingBlob(arr, t) if _in_blob(arr, t) else self._const_value(arr, t)
+            pending = _in_blob(arr, t) and not derived
+            val = _PendingBlob(arr, t) if pending else self._const_value(arr, t)
         var = Var(self.fresh("const"), t, None)
         op = _Op("const", {}, [var], {"val": val})
         var.producer = op
         self._root.append(op)
+        if derived:  # not kept for later merging: its key may hold a copy of the array
+            return var
         self._const_cache[key] = var
         if foldable:
             self._known[id(var)] = str(arr) if arr.dtype.kind == "U" else arr
