@@ -5,8 +5,19 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+_HASHES = None  # program_hashes.Recorder when RLXJAX_PROGRAM_HASHES is set
+
 
 def pytest_configure(config):
+    global _HASHES
+    import program_hashes
+
+    if program_hashes.FOLDER and _HASHES is None:  # tests/program_hashes.py
+        from hypothesis import settings
+
+        settings.register_profile("program-hashes", derandomize=True, database=None)
+        settings.load_profile("program-hashes")
+        _HASHES = program_hashes.install()
     from helpers import TEST_BACKEND, TEST_BACKENDS
     from rlxjax.runtime import is_macos
 
@@ -23,6 +34,14 @@ def pytest_report_header(config):
 
     return (f"rlxjax test backend: {TEST_BACKEND} (RLXJAX_TEST_BACKEND=reference-fast: the "
             "reference interpreter's accelerated path; =coreml on macOS: Core ML)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if _HASHES is not None:  # the programs of this test, numbered from 0
+        path, _, rest = item.nodeid.partition("::")
+        _HASHES.test, _HASHES.n = f"{os.path.basename(path)}::{rest}", 0
+    yield
 
 
 def pytest_collection_modifyitems(config, items):
