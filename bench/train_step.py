@@ -47,7 +47,7 @@ def main(repeats: int = 200):
         t0 = time.perf_counter()
         state, _ = step(state, *batch)  # compiles
         compile_s = time.perf_counter() - t0
-        ops = step._last.cost_analysis()["mil_ops"]
+        ops = step.last_compiled.cost_analysis()["mil_ops"]
         oracle = rlxjax.coreml_train_step(loss, opt, backend="reference")
         ostate = oracle.init(params)
         ostate, _ = oracle(ostate, *batch)

@@ -3,32 +3,22 @@ from __future__ import annotations
 
 import functools
 import gc
-import json
-import tempfile
 from collections import Counter
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
 
-from .coreml.lower import IOSpec, lower_graph, sanitize
-from .coreml.package import save_mlpackage
-from .coreml.targets import get_target
-from .coreml.validate import validate_model
-from . import flexible
+from . import calling, flexible, formats
 from .errors import ArgumentError, ZeroSizeError
-from .frontend import Traced, arg_names, nan_sign, trace
-from .frontend.zerosize import EMPTY_IO_KEY, interleave
+from .frontend import Traced, arg_names, trace
+from .frontend.zerosize import interleave
 from .ir import Graph
-from .runtime import make_backend, resolve_backend
-from .coreml.mil_cse import mil_cse
-from .coreml.mil_linear_bias import fuse_linear_bias
+from .program import Program
+from .formats.backends import resolve_backend
+from .signature import IOSpec
 from .transforms import pipeline
-from .frontend.rules.random import reject_prng_key
 from .frontend.random_inputs import check_mode as check_random_mode
-
-#: package metadata key of a random="inputs" program: one row per host-computed input
-RANDOM_METADATA_KEY = "rlxjax.random"
 
 
 def _without_gc(fn):
@@ -50,71 +40,36 @@ def _without_gc(fn):
     return wrapper
 
 
-_CANONICAL = frozenset(np.dtype(t) for t in (
-    np.float32, np.float16, np.int32, np.bool_, np.int8, np.uint8, np.int16, np.uint16,
-    np.uint32))
-
-
-def _canonical(x) -> np.ndarray:
-    """A call argument as the array JAX would see (python scalars weakly typed, 64-bit
-    types narrowed unless x64 mode is on, in which case the dtype check rejects them)."""
-    if type(x) is np.ndarray and x.dtype in _CANONICAL:
-        return x  # the common case, already what JAX would see (and never a PRNG key)
-    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
-        dt = {bool: np.bool_, int: np.int32, float: np.float32}[type(x)]
-        return np.asarray(x, dtype=dt)
-    reject_prng_key(x, "an argument")
-    arr = np.asarray(x)
-    return arr.astype(jax.dtypes.canonicalize_dtype(arr.dtype), copy=False)
-
-
-def _is_key(x) -> bool:
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
-
-
-def _leaf_sig(x):
-    """(shape, dtype) of a call argument leaf as JAX sees it: a typed PRNG key keeps its
-    key dtype (it is no program input; only a dead one compiles, frontend/randomness.py)."""
-    if _is_key(x):
-        return tuple(x.shape), x.dtype
-    arr = _canonical(x)
-    return arr.shape, arr.dtype
-
-
-def _u32_as_i32(spec, leaf, shape, dtype) -> np.ndarray:
-    """A uint32 argument the program carries as int32: its values must be < 2**31."""
-    if shape != spec.shape or dtype != np.uint32:
-        raise ArgumentError(
-            f"argument '{spec.name}' is {dtype}{list(shape)}, but the program was compiled "
-            f"for uint32{list(spec.shape)}; pass that shape and dtype, or call the "
-            "coreml_jit function itself (it compiles once per signature)")
-    arr = _canonical(leaf)
-    if arr.size and int(arr.max()) > np.iinfo(np.int32).max:
-        raise ArgumentError(
-            f"argument '{spec.name}' holds {int(arr.max())} >= 2**31: Core ML has no uint32, "
-            "and the program carries this uint32 argument as int32, which holds values "
-            "below 2**31 only")
-    return arr.astype(np.int32)
-
-
 class Compiled:
     """An ML Program ready to run and to save."""
 
-    def __init__(self, traced: Traced, model, weights_dir, in_specs, out_specs, backend,
-                 keep_alive):
+    def __init__(self, traced: Traced, executable, backend: str, fmt):
         self._traced = traced
-        self.spec = model
-        self._weights_dir = weights_dir
-        self.input_specs: Tuple[IOSpec, ...] = tuple(in_specs)
-        self.output_specs: Tuple[IOSpec, ...] = tuple(out_specs)
+        self.executable = executable  # the format's (formats/base.py)
+        self.format = fmt
+        self.input_specs: Tuple[IOSpec, ...] = executable.input_specs
+        self.output_specs: Tuple[IOSpec, ...] = executable.output_specs
         self._backend_name = backend
         self._backend = None
-        self._keep_alive = keep_alive  # owns the temporary weights folder
+
+    @property
+    def spec(self):
+        """The format's program object (Core ML: the ``Model_pb2.Model``)."""
+        return self.executable.spec
+
+    @property
+    def _weights_dir(self):
+        return self.executable.weights_dir
+
+    @property
+    def metadata(self):
+        """The package metadata map (keys: rlxjax/metadata.py)."""
+        return self.executable.metadata
 
     # -- running -------------------------------------------------------------------
     def _checked_args(self, leaves, treedef) -> list:
-        """The leaves as canonical arrays, checked against the compiled signature."""
+        """The leaves as canonical arrays, checked against the compiled signature
+        (rlxjax/calling.py)."""
         if treedef != self._traced.in_tree:
             raise ArgumentError(
                 f"arguments have structure {treedef}, but the program was compiled for "
@@ -126,40 +81,30 @@ class Compiled:
         for i, leaf in enumerate(leaves):
             if i in dropped:  # a dead key / uint32 argument: checked, not passed
                 name, shape, dtype = dropped[i]
-                got_shape, got_dtype = _leaf_sig(leaf)
+                got_shape, got_dtype = calling.leaf_sig(leaf)
                 if tuple(got_shape) != shape or got_dtype != dtype:
-                    raise ArgumentError(
-                        f"argument '{name}' is {got_dtype}{list(got_shape)}, but the program "
-                        f"was compiled for {dtype}{list(shape)} (an argument it does not "
-                        "read); pass that shape and dtype, or call the coreml_jit function "
-                        "itself (it compiles once per signature)")
+                    raise calling.mismatch("argument", name, got_shape, got_dtype, shape, dtype,
+                                           note=" (an argument it does not read)")
                 continue
-            got_shape, got_dtype = _leaf_sig(leaf)
+            got_shape, got_dtype = calling.leaf_sig(leaf)
             if i in empty:  # a zero-size leaf: checked, not fed (zerosize.py)
                 e = empty[i]
                 if tuple(got_shape) != e.shape or got_dtype != np.dtype(e.dtype):
-                    raise ArgumentError(
-                        f"argument '{e.name}' is {got_dtype}{list(got_shape)}, but the program "
-                        f"was compiled for {e.dtype}{list(e.shape)}; pass that shape and "
-                        "dtype, or call the coreml_jit function itself (it compiles once per "
-                        "signature)")
+                    raise calling.mismatch("argument", e.name, got_shape, got_dtype, e.shape,
+                                           e.dtype)
                 continue
             spec = next(specs)
             if i in self._traced.u32_leaves:  # a counter / index: carried as int32
-                arrays.append(_u32_as_i32(spec, leaf, got_shape, got_dtype))
+                arrays.append(calling.u32_as_i32(spec, leaf, got_shape, got_dtype))
                 continue
-            if got_dtype != spec.dtype or (got_shape != spec.shape and not (
-                    spec.flexible and flexible.fits(spec, got_shape))):
-                raise ArgumentError(
-                    f"argument '{spec.name}' is {got_dtype}{list(got_shape)}, but the program "
-                    f"was compiled for {spec.dtype}{list(spec.shape)}; pass that shape and dtype, "
-                    "or call the coreml_jit function itself (it compiles once per signature)")
-            arr = _canonical(leaf)
+            if not calling.fits(spec, got_shape, got_dtype):
+                raise calling.mismatch("argument", spec.name, got_shape, got_dtype, spec.shape,
+                                       spec.dtype)
+            arr = calling.canonical(leaf)
             if i in self._traced.nan_sign:  # reaches a top_k: no -NaN (nan_sign.py)
-                nan_sign.check(spec.name, self._traced.nan_sign[i], arr)
+                calling.check_nan_sign(spec.name, self._traced.nan_sign[i], arr)
             arrays.append(arr)
-        if any(s.flexible for s in self.input_specs):  # sizes in range, one per symbol
-            flexible.check_sizes(self.input_specs, [a.shape for a in arrays])
+        calling.check_sizes(self.input_specs, [a.shape for a in arrays])
         return arrays
 
     def __call__(self, *args, state=None):
@@ -192,13 +137,13 @@ class Compiled:
         if not self.output_specs and not self.state_names:
             return None  # a program with no outputs (all zero-size) is never run
         if self._backend is None:
-            self._backend = make_backend(self._backend_name, self.spec, self._weights_dir)
+            self._backend = self.executable.runner(self._backend_name)
         return self._backend
 
     @property
     def state_names(self) -> Tuple[str, ...]:
-        """Names of the program's Core ML states (empty for a stateless program)."""
-        return tuple(f.name for f in self.spec.description.state)
+        """Names of the program's states (empty for a stateless program)."""
+        return self.executable.state_names
 
     def make_state(self):
         """Fresh state buffers for this program (``MLModel.make_state()`` on Core ML; a
@@ -222,19 +167,18 @@ class Compiled:
                 "every output of this program is zero-size (known from its shape), so it "
                 "computes nothing, and a Core ML package needs at least one output: there "
                 "is nothing to save")
-        return save_mlpackage(self.spec, self._weights_dir, path)
+        return self.executable.save(path)
 
     def validate(self):
-        """Load the program back through coremltools' milproto frontend (type inference,
-        const checks, declared output types). Returns coremltools' pymil Program."""
-        return validate_model(self.spec, self._weights_dir)
+        """Load the program back through its format's own loader (Core ML: coremltools'
+        milproto frontend: type inference, const checks, declared output types). Returns
+        that loader's program (coremltools' pymil Program)."""
+        return self.executable.validate()
 
     def mil_ops(self):
-        """Every MIL operation of the program in program order, an op before those in its
-        nested (cond / loop) blocks (coreml/mil.py ``walk``)."""
-        from .coreml.mil import function_block, operations
-
-        return list(operations(function_block(self.spec, "main")))
+        """Every operation of the program in program order, an op before those in its
+        nested (cond / loop) blocks (Core ML: MIL ops, coreml/mil.py ``walk``)."""
+        return self.executable.operations()
 
     def op_histogram(self, include_const: bool = False) -> Dict[str, int]:
         c = Counter(op.type for op in self.mil_ops() if include_const or op.type != "const")
@@ -244,50 +188,25 @@ class Compiled:
         """A static cost model (coreml/cost.py): totals ``mil_ops``, ``mil_consts``,
         ``flops``, ``bytes_read``, ``bytes_written``, ``weight_bytes``, ``rlx_nodes`` and
         ``ops``, one row per MIL op (type, name, flops, bytes read/written, block depth)."""
-        from .coreml.cost import analyse
-
-        return dict(analyse(self.spec), rlx_nodes=len(self.graph.nodes))
+        return dict(self.executable.cost(), rlx_nodes=len(self.graph.nodes))
 
     def as_text(self) -> str:
-        """The MIL program as text (via coremltools' loader)."""
-        return str(self.validate())
-
-
-def describe_empty_io(model, traced: Traced, in_specs, out_specs) -> None:
-    """Record the zero-size leaves of ``traced`` (not Core ML features) in ``model``'s
-    metadata, ``rlxjax.empty``: per leaf its position among the function's input / output
-    leaves, name, feature-style name (unique among the model's features), shape and
-    dtype. rlxjax.load reads it back to take and return them."""
-    if not traced.empty_in and not traced.empty_out:
-        return
-    taken = {s.mil_name for s in tuple(in_specs) + tuple(out_specs)}
-
-    def rows(empties):
-        out = []
-        for k in sorted(empties):
-            e = empties[k]
-            mil_name, n = sanitize(e.name), 1
-            while mil_name in taken:
-                mil_name, n = f"{sanitize(e.name)}_{n}", n + 1
-            taken.add(mil_name)
-            out.append({"position": k, "name": e.name, "mil_name": mil_name,
-                        "shape": list(e.shape), "dtype": e.dtype})
-        return out
-
-    model.description.metadata.userDefined[EMPTY_IO_KEY] = json.dumps(
-        {"inputs": rows(traced.empty_in), "outputs": rows(traced.empty_out)})
+        """The program as text (Core ML: MIL, via coremltools' loader)."""
+        return self.executable.as_text()
 
 
 class Lowered:
     """A traced function as an RLX graph, not yet lowered to Core ML."""
 
-    def __init__(self, traced: Traced, target: str, precision: str, backend: str,
-                 states=None):
+    def __init__(self, traced: Traced, target, precision: str, backend: str,
+                 states=None, enumerated=None, fmt=None):
         self._traced = traced
-        self.target = get_target(target)
+        self.format = formats.get() if fmt is None else fmt
+        self.target = self.format.target(target)
         self.precision = precision
         self.backend = backend
-        self.states = states  # graph input name -> output written back (Core ML states)
+        self.states = states  # graph input name -> output written back (states)
+        self.enumerated = enumerated or {}  # flexible= sizes listed (enumerated shapes)
 
     @property
     def graph(self) -> Graph:
@@ -301,43 +220,27 @@ class Lowered:
         """``keep_weight_layout``: constants are read in the layout they have (no
         transposed copy of a ``[K, N]`` kernel for MIL ``linear``), so a weight shared with
         another function of a multifunction package is stored once."""
-        tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
         pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
-        model, ins, outs = lower_graph(self.graph, self.target, self.precision, tmp.name,
-                                       states=self.states,
-                                       keep_weight_layout=keep_weight_layout)
-        if self._traced.host is not None:  # random="inputs": what the host feeds, per input
-            rows = self._traced.host.metadata()
-            for row, spec in zip(rows, ins[len(ins) - len(rows):]):
-                row["feature"] = spec.mil_name
-            if hasattr(self._traced.host, "payload"):  # random="device": mode and draws
-                rows = self._traced.host.payload(rows)
-            model.description.metadata.userDefined[RANDOM_METADATA_KEY] = json.dumps(rows)
-        if getattr(self, "enumerated", None):  # flexible= with listed sizes
-            ins = flexible.describe_enumerated(model, ins, self.enumerated, self.target)
-        describe_empty_io(model, self._traced, ins, outs)
-        if self._traced.nan_sign:  # so that rlxjax.load checks them too
-            where = self._traced.leaf_inputs()
-            model.description.metadata.userDefined[nan_sign.METADATA_KEY] = json.dumps(
-                {ins[where[i]].mil_name: w for i, w in self._traced.nan_sign.items()})
-        mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
-        fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
-        return Compiled(self._traced, model, tmp.name, ins, outs, self.backend, tmp)
+        program = Program(self._traced, self.target, self.precision, states=self.states,
+                          enumerated=self.enumerated)
+        executable = self.format.compile(program, keep_weight_layout=keep_weight_layout)
+        return Compiled(self._traced, executable, self.backend, self.format)
 
 
 class CoreMLFunction:
     """What ``coreml_jit`` returns: call it like the JAX function, or ``.lower(*args)``."""
 
-    def __init__(self, fun: Callable, static_argnums: Sequence[int], target: str,
-                 precision: str, backend, random: Optional[str] = None, flexible=None):
+    def __init__(self, fun: Callable, static_argnums: Sequence[int], target,
+                 precision: str, backend, random: Optional[str] = None, flexible=None,
+                 format: str = formats.DEFAULT):
         self.fun = fun
+        self.format_name = format
         self.flexible = flexible  # {argument name or position: {axis: (lower, upper)}}
         self.static_argnums = tuple(sorted({int(i) for i in (
             static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))}))
-        get_target(target)  # fail early on an unknown target
         if precision not in ("fp32", "fp16"):
             raise ArgumentError(f"precision must be 'fp32' or 'fp16', got {precision!r}")
-        self.target = target
+        self.target = formats.resolve_target(target, format)  # once: a Target from here on
         self.precision = precision
         self.backend = resolve_backend(backend)
         check_random_mode(random)
@@ -346,6 +249,11 @@ class CoreMLFunction:
         self.__wrapped__ = fun
         self.__name__ = getattr(fun, "__name__", "coreml_fn")
         self.__doc__ = getattr(fun, "__doc__", None)
+
+    @property
+    def format(self):
+        """The format this function compiles to (rlxjax/formats/), loaded on first use."""
+        return formats.get(self.format_name)
 
     def _split(self, args):
         n = len(args)
@@ -383,10 +291,8 @@ class CoreMLFunction:
         pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
-        lowered = Lowered(traced, self.target, self.precision, self.backend,
-                          states=self._states(args))
-        lowered.enumerated = enumerated  # flexible= sizes listed: Core ML enumerated shapes
-        return lowered
+        return Lowered(traced, self.target, self.precision, self.backend,
+                       states=self._states(args), enumerated=enumerated, fmt=self.format)
 
     def _flexible_structs(self, dyn, n_args):
         names = flexible.by_name(self.flexible, arg_names(self.fun, n_args))
@@ -409,7 +315,7 @@ class CoreMLFunction:
                 lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
                 jax.ShapeDtypeStruct(*_struct(x)), list(dyn)), len(args))[0])
         else:
-            sig = tuple(_leaf_sig(x) for x in leaves)
+            sig = tuple(calling.leaf_sig(x) for x in leaves)
         try:
             hash(tuple(static.items()))
         except TypeError:
@@ -431,7 +337,7 @@ class CoreMLFunction:
 def _struct(x):
     """(shape, dtype) to trace a leaf with: JAX's dtype (a PRNG key, uint32, ...); the
     frontend refuses those that are program inputs but no Core ML type, naming them."""
-    shape, dtype = _leaf_sig(x)
+    shape, dtype = calling.leaf_sig(x)
     return tuple(shape), dtype
 
 

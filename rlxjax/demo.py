@@ -186,7 +186,7 @@ def run(out_dir: str = "out", steps: int = DEFAULT_STEPS, target: str = "iOS17",
 
     l_rlx, l_jax = rlx_losses[-1], jax_losses[-1]
     rel = abs(l_rlx - l_jax) / max(abs(l_jax), 1e-30)
-    n_ops = sum(op.type != "const" for op in step._last.mil_ops())
+    n_ops = sum(op.type != "const" for op in step.last_compiled.mil_ops())
     print(f"rlxjax (ML Program, {backend_name}): final loss {l_rlx:.6f}  held-out accuracy "
           f"{acc_rlx:.1%}  ({t_rlx:.1f}s, {n_ops} MIL ops per step)")
     print(f"JAX + optax                 : final loss {l_jax:.6f}  held-out accuracy "

@@ -60,3 +60,8 @@ class BackendUnavailableError(RlxError, RuntimeError):
 
 class ValidationError(RlxError, ValueError):
     """coremltools' own MIL loader rejected a program rlxjax produced (a bug in rlxjax)."""
+
+
+class PackageError(RlxError, OSError):
+    """A package that cannot be written or read (wrong suffix, not a folder, missing or
+    malformed files or metadata)."""

@@ -7,6 +7,8 @@ import json
 import os
 from collections import Counter
 
+from . import metadata as keys
+from .coreml import coremltools_quiet  # noqa: F401  (first: coremltools, quietly)
 from .coreml.mil import operations
 
 _SPEC_TO_TARGET = {6: "iOS15 / macOS12", 7: "iOS16 / macOS13", 8: "iOS17 / macOS14",
@@ -86,9 +88,9 @@ def _describe_multifunction(path, spec) -> str:
 def _describe(path, spec, header_only: bool = False) -> str:
     meta = dict(spec.description.metadata.userDefined)
     roles = {}
-    if "rlxjax.train" in meta:
+    if keys.TRAIN in meta:
         try:
-            train = json.loads(meta["rlxjax.train"])
+            train = json.loads(meta[keys.TRAIN])
             for row in train.get("inputs", []) + train.get("outputs", []):
                 roles[row.get("feature")] = row
             for row in train.get("states", []):
@@ -102,17 +104,17 @@ def _describe(path, spec, header_only: bool = False) -> str:
     lines.append(f"  model type: {kind}; specification version {spec.specificationVersion} "
                  f"(deployment target {target})" +
                  (f"; opset {', '.join(sorted(set(opsets)))}" if opsets else ""))
-    if "rlxjax.version" in meta:
-        lines.append(f"  written by rlxjax {meta['rlxjax.version']}")
+    if keys.VERSION in meta:
+        lines.append(f"  written by rlxjax {meta[keys.VERSION]}")
     if header_only:
         return "\n".join(lines)
-    if "rlxjax.predict" in meta:
+    if keys.PREDICT in meta:
         lines.append("  predict: " + (
             "reads the parameters from the training states (the weights the latest "
-            "train_step wrote)" if '"states"' in meta["rlxjax.predict"] else
+            "train_step wrote)" if '"states"' in meta[keys.PREDICT] else
             "takes the parameters as inputs (feed the new_param outputs of train_step)"))
-    if "rlxjax.train" in meta:
-        lines.append("  a training step (metadata 'rlxjax.train'): " + (
+    if keys.TRAIN in meta:
+        lines.append(f"  a training step (metadata '{keys.TRAIN}'): " + (
             "parameters and optimizer state live in the Core ML states below, updated in "
             "place by every call" if len(spec.description.state) else
             "outputs marked '-> x' feed input x on the next call"))
@@ -140,14 +142,14 @@ def _describe(path, spec, header_only: bool = False) -> str:
 
 def _empty_lines(meta):
     """The zero-size inputs / outputs the package lists (not Core ML features)."""
-    from .frontend.zerosize import EMPTY_IO_KEY
+    EMPTY_IO_KEY = keys.EMPTY
 
     try:
         empty = json.loads(meta[EMPTY_IO_KEY]) if EMPTY_IO_KEY in meta else None
         rows = [(title, r["mil_name"], f"{r['dtype']}{list(r['shape'])}", r["name"])
                 for title in ("inputs", "outputs") for r in (empty or {}).get(title, [])]
     except (ValueError, TypeError, KeyError):
-        return ["  zero-size inputs / outputs: metadata 'rlxjax.empty' is malformed"]
+        return [f"  zero-size inputs / outputs: metadata '{keys.EMPTY}' is malformed"]
     if not rows:
         return []
     lines = ["  zero-size inputs / outputs (not Core ML features; rlxjax.load takes and "

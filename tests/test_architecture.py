@@ -146,11 +146,53 @@ def test_no_module_over_500_lines():
     assert not long, f"split these modules (over {MAX_LINES} lines): {long}"
 
 
+#: the modules of a format that run and load its programs (formats/base.py): they reach the
+#: runtime; the rest of the format's folder is the compile path
+FORMAT_RUNTIME_SIDE = ("rlxjax.coreml.format", "rlxjax.coreml.loaded")
+
+
 def test_compile_path_does_not_import_the_reference_interpreter():
     """The interpreter is an oracle for the lowering: were the compile path to use it (as
-    constant folding once did), a bug the two shared would vanish from every program."""
+    constant folding once did), a bug the two shared would vanish from every program. The
+    format object and its loader run programs, so they may; nothing of the compile path
+    imports them."""
+    edges = import_graph()
+    compile_path = [m for m in edges if m.startswith(("rlxjax.coreml", "rlxjax.transforms"))
+                    and m not in FORMAT_RUNTIME_SIDE]
+    bad = sorted((m, t) for m in compile_path for t in edges[m]
+                 if t.startswith("rlxjax.runtime") or t in FORMAT_RUNTIME_SIDE)
+    assert not bad, f"the compile path imports the runtime: {bad}"
+
+
+#: the format-neutral layers: they talk to formats through rlxjax/formats/ only
+NEUTRAL = ("rlxjax.api", "rlxjax.grad_api", "rlxjax.load", "rlxjax.loaded", "rlxjax.calling",
+           "rlxjax.metadata", "rlxjax.program", "rlxjax.signature", "rlxjax.formats",
+           "rlxjax.training", "rlxjax.frontend", "rlxjax.transforms", "rlxjax.ir")
+FORMAT_PACKAGES = ("rlxjax.coreml", "rlxjax.runtime")
+
+
+def test_neutral_layers_import_no_format_module():
+    """api.py, training/, load.py (and what they stand on) reach a format only through the
+    registry (rlxjax/formats/), which imports its module on first use."""
     edges = import_graph()
     bad = sorted((m, t) for m, ts in edges.items() for t in ts
-                 if m.startswith(("rlxjax.coreml", "rlxjax.transforms"))
-                 and t.startswith("rlxjax.runtime"))
-    assert not bad, f"the compile path imports the runtime: {bad}"
+                 if m.startswith(NEUTRAL) and t.startswith(FORMAT_PACKAGES))
+    assert not bad, f"format-neutral modules import a format's modules: {bad}"
+
+
+def test_one_module_defines_the_metadata_keys():
+    """Every 'rlxjax.<key>' string literal of the package stands in rlxjax/metadata.py."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "metadata.py" and path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and node.value.startswith("rlxjax.") and " " not in node.value
+                    and node.value.split(".")[1] in _KEY_NAMES):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert not found, "metadata keys outside rlxjax/metadata.py:\n" + "\n".join(found)
+
+
+_KEY_NAMES = {"version", "io", "empty", "random", "nan_sign", "train", "predict", "functions",
+              "params"}

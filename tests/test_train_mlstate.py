@@ -118,7 +118,7 @@ def test_structure_metadata_save_and_export(tmp_path):
                                     backend="reference")
     state = step.init(params, *batch)          # compiles and initialises the device state
     assert state.live and state.step == 0
-    c = step._last
+    c = step.last_compiled
     prog = c.validate()                         # coremltools' loader accepts the program
     fn = prog.functions["main"]
     n_f32 = sum(np.size(x) for x in jax.tree_util.tree_leaves((params, optax.adam(1e-2).init(
@@ -261,7 +261,7 @@ def test_has_aux_and_clear_errors():
                                         has_aux=True, backend="reference")
     st_, v, aux = aux_step(aux_step.init(params), *batch)
     np.testing.assert_allclose(aux["double"], 2 * v, rtol=1e-6)
-    assert [r["role"] for r in json.loads(aux_step._last.spec.description.metadata
+    assert [r["role"] for r in json.loads(aux_step.last_compiled.spec.description.metadata
                                           .userDefined["rlxjax.train"])["outputs"]] == \
         ["loss", "aux"]
     with pytest.raises(rlxjax.TargetError, match="target='iOS18'"):
@@ -276,7 +276,7 @@ def test_has_aux_and_clear_errors():
                                     backend="reference")
     state = step.init(params, *batch)
     with pytest.raises(rlxjax.ArgumentError, match="make_state"):
-        step._last(*batch)
+        step.last_compiled(*batch)
     with pytest.raises(rlxjax.RlxError, match="compiled"):
         rlxjax.coreml_train_step(loss, optax.sgd(0.1), state="mlstate").export_state(state, "x")
 

@@ -43,7 +43,7 @@ def test_200_steps_match_jax_optax(name):
                          jax.tree_util.tree_leaves(want_params)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=RTOL, atol=ATOL)
     assert state.step == STEPS and want_losses[-1] < want_losses[0]
-    step._last.validate()
+    step.last_compiled.validate()
 
 
 def test_save_metadata_checkpoint_and_resume(tmp_path):
@@ -55,7 +55,7 @@ def test_save_metadata_checkpoint_and_resume(tmp_path):
     state, _ = step.fit(state, [batch], 5, progress=False)
     path = step.save(tmp_path / "train.mlpackage")
     assert os.path.isdir(path)
-    meta = json.loads(step._last.spec.description.metadata.userDefined["rlxjax.train"])
+    meta = json.loads(step.last_compiled.spec.description.metadata.userDefined["rlxjax.train"])
     roles = {r["role"] for r in meta["inputs"]} | {r["role"] for r in meta["outputs"]}
     assert roles == {"param", "opt_state", "batch", "loss", "new_param", "new_opt_state"}
     feeds = {r["feeds"] for r in meta["outputs"] if "feeds" in r}
@@ -113,7 +113,7 @@ def test_features_are_named_after_the_loss_and_function_parameters(tmp_path):
     images, labels = np.ones((4, 3), np.float32), np.ones((4, 2), np.float32)
     step = rlxjax.coreml_train_step(loss, optax.sgd(0.1))
     step.init(params, images, labels)
-    names = [f.name for f in step._last.spec.description.input]
+    names = [f.name for f in step.last_compiled.spec.description.input]
     assert names[-2:] == ["images", "labels"] and "params_w" in names
 
     def predict(params, images):
@@ -136,7 +136,7 @@ def test_roles_come_from_the_program_layout_not_from_names(mode):
     step = rlxjax.coreml_train_step(loss, optax.sgd(0.1), state=mode, has_aux=True,
                                     backend="reference")
     step.init(p, *batch)
-    meta = json.loads(step._last.spec.description.metadata.userDefined["rlxjax.train"])
+    meta = json.loads(step.last_compiled.spec.description.metadata.userDefined["rlxjax.train"])
     batch_rows = [r for r in meta["inputs"] if r["role"] == "batch"]
     assert [r["feature"] for r in batch_rows][-2:] == ["out", "params"]
     assert [r["role"] for r in meta["outputs"]][:2] == ["loss", "aux"]

@@ -30,11 +30,11 @@ carries both. A JAX reference of a compressed program runs on those values
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import numpy as np
 
+from ..compression import Compressed, compressible
 from ..errors import ArgumentError
 from . import ct_private
 from .targets import Target, get_target, require
@@ -54,41 +54,6 @@ def check_scheme(compress: Optional[str], target) -> None:
                             "(or None to store weights in fp32)")
     t = target if isinstance(target, Target) else get_target(target)
     require(t, SCHEMES[compress], f"compress={compress!r}")
-
-
-def compressible(arr) -> bool:
-    """Whether a scheme compresses ``arr``: a floating-point array of rank >= 2."""
-    arr = np.asarray(arr)
-    return arr.dtype.kind == "f" and arr.ndim >= 2 and arr.size > 0
-
-
-@dataclass(frozen=True)
-class Compressed:
-    """One weight as a scheme stores it, and the values it decompresses to."""
-
-    scheme: str
-    value: np.ndarray                 # the dequantised values (the original dtype)
-    data: np.ndarray                  # fp16 values / int8 (int4 range) / uint8 LUT indices
-    scale: Optional[np.ndarray] = None
-    lut: Optional[np.ndarray] = None
-
-    @property
-    def stored_bytes(self) -> int:
-        """Bytes of the payload in the weight file (sub-byte data packed)."""
-        bits = {"fp16": 16, "int8": 8, "int4": 4, "palettize4": 4, "palettize8": 8}[self.scheme]
-        n = (self.data.size * bits + 7) // 8
-        for extra in (self.scale, self.lut):
-            n += 0 if extra is None else extra.nbytes
-        return n
-
-    def params(self) -> dict:
-        """The payload params of a ``weight`` node."""
-        out = {"scheme": self.scheme, "data": self.data}
-        if self.scale is not None:
-            out["scale"] = self.scale
-        if self.lut is not None:
-            out["lut"] = self.lut
-        return out
 
 
 def compress_leaf(arr: np.ndarray, scheme: str) -> Optional[Compressed]:
@@ -123,64 +88,3 @@ def _repeat(blockwise: np.ndarray, shape) -> np.ndarray:
     for axis, (n, b) in enumerate(zip(shape, blockwise.shape)):
         blockwise = np.repeat(blockwise, n // b, axis=axis)
     return blockwise
-
-
-@dataclass(frozen=True)
-class LeafReport:
-    """What compression did to one weight."""
-
-    name: str
-    scheme: str                  # 'none' when left in fp32
-    shape: tuple
-    fp32_bytes: int
-    stored_bytes: int
-    max_abs_error: float         # max |dequantised - original|
-    rel_error: float             # max_abs_error / max |original|
-
-    def row(self) -> dict:
-        return dict(name=self.name, scheme=self.scheme, shape=list(self.shape),
-                    fp32_bytes=self.fp32_bytes, stored_bytes=self.stored_bytes,
-                    max_abs_error=self.max_abs_error, rel_error=self.rel_error)
-
-
-def leaf_report(name: str, original: np.ndarray, c: Optional[Compressed]) -> LeafReport:
-    original = np.asarray(original)
-    if c is None:
-        return LeafReport(name, "none", original.shape, original.nbytes, original.nbytes,
-                          0.0, 0.0)
-    err = float(np.max(np.abs(c.value.astype(np.float64) - original))) if original.size else 0.0
-    peak = float(np.max(np.abs(original))) if original.size else 0.0
-    return LeafReport(name, c.scheme, original.shape, original.nbytes, c.stored_bytes, err,
-                      err / peak if peak > 0 else 0.0)
-
-
-@dataclass(frozen=True)
-class CompressionReport:
-    """Per-weight results of a ``compress=`` scheme (``compiled.compression``)."""
-
-    scheme: Optional[str]
-    leaves: tuple
-
-    @property
-    def fp32_bytes(self) -> int:
-        return sum(r.fp32_bytes for r in self.leaves)
-
-    @property
-    def stored_bytes(self) -> int:
-        return sum(r.stored_bytes for r in self.leaves)
-
-    @property
-    def max_abs_error(self) -> float:
-        return max((r.max_abs_error for r in self.leaves), default=0.0)
-
-    @property
-    def rel_error(self) -> float:
-        return max((r.rel_error for r in self.leaves), default=0.0)
-
-    def rows(self) -> List[dict]:
-        return [r.row() for r in self.leaves]
-
-    def __repr__(self):
-        return (f"CompressionReport({self.scheme}: {len(self.leaves)} weights, "
-                f"{self.stored_bytes} of {self.fp32_bytes} fp32 bytes, max abs error "
-                f"{self.max_abs_error:.3g}, max relative {self.rel_error:.3g})")

@@ -4,22 +4,20 @@ The function boundary follows what Core ML's model interface can carry: multi-ar
 fp32 or int32 (and int8 from iOS26) with rank >= 1. Inside, the program computes in the
 graph's own types (or fp16 when ``precision="fp16"``), int8 / uint8 carried as int32
 (smallint.py); bool, int8 / uint8 and rank-0 values are converted at the boundary and the
-host side (api.py) converts them back using ``IOSpec``.
+host side (api.py, rlxjax/calling.py) converts them back using ``IOSpec`` (rlxjax/signature.py).
 """
 from __future__ import annotations
 
-import json
-import re
 from collections import Counter
-from dataclasses import dataclass, fields
-from typing import List, Tuple
+from typing import List
 
 import numpy as np
 from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 
-from .._version import __version__
+from .. import metadata
 from ..errors import JAX_NAMES, DynamicShapeError, RlxError, UnsupportedPrimitiveError, op_label
 from ..ir import DType, Dyn, Graph, Node, TensorType, verify
+from ..signature import IOSpec, feature_name
 from . import rules, smallint  # noqa: F401  (registers the lowerings)
 from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
@@ -31,42 +29,8 @@ from .targets import INT8_IO, Target
 PRECISIONS = ("fp32", "fp16")
 
 
-@dataclass(frozen=True)
-class IOSpec:
-    """One function input or output: how the host feeds or reads it."""
-
-    name: str          # pytree-path name in the RLX graph ('params.Dense_0.kernel')
-    mil_name: str      # identifier used in the ML Program and the model description
-    shape: Tuple[int, ...]   # the JAX-side shape
-    dtype: str         # the JAX-side dtype (numpy name)
-    io_shape: Tuple[int, ...]  # what Core ML sees (rank >= 1)
-    io_dtype: str      # 'float32', 'int32' or (from iOS26) 'int8'
-    # a flexible input (docs/flexible.md): per dim (lower, upper) bounds of a symbolic dim
-    # (its name a str in shape), None for a static one; () for static inputs and outputs
-    bounds: tuple = ()
-
-    @property
-    def flexible(self) -> bool:
-        return any(isinstance(d, str) for d in self.shape)
-
-    def to_feature(self, arr: np.ndarray) -> np.ndarray:
-        """A JAX-side value of this input (shape/dtype already checked) -> what Core ML
-        is fed: rank >= 1, bool as int32."""
-        arr = np.asarray(arr, dtype=self.io_dtype)
-        return arr if self.flexible else arr.reshape(self.io_shape)
-
-    def from_feature(self, y) -> np.ndarray:
-        """A Core ML output feature -> the JAX-side value."""
-        y = np.asarray(y)
-        return (y if self.flexible else y.reshape(self.shape)).astype(self.dtype, copy=False)
-
-
-_IO_FIELDS = tuple(f.name for f in fields(IOSpec))
-
-
-def sanitize(name: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9_]", "_", name)
-    return s if re.match(r"[A-Za-z_]", s) else "_" + s
+#: a pytree-path name as a feature identifier (rlxjax/signature.py)
+sanitize = feature_name
 
 
 def _unique(names: List[str]) -> List[str]:
@@ -329,23 +293,11 @@ def _feature(spec: IOSpec) -> Model_pb2.FeatureDescription:
                                         type=FeatureTypes_pb2.FeatureType(multiArrayType=arr))
 
 
-def _plain(spec: IOSpec) -> dict:
-    """``dataclasses.asdict(spec)`` without its deep copy (the fields are strings and int
-    tuples; a gradient program has an output per parameter)."""
-    row = {f: getattr(spec, f) for f in _IO_FIELDS}
-    if not row["bounds"]:  # a static input or an output: as before flexible inputs existed
-        del row["bounds"]
-    return row
-
-
 def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Model_pb2.Model:
     model = Model_pb2.Model(specificationVersion=target.spec_version)
     model.description.input.extend(_feature(s) for s in in_specs)
     model.description.output.extend(_feature(s) for s in out_specs)
-    meta = model.description.metadata
-    meta.userDefined["rlxjax.version"] = __version__
-    meta.userDefined["rlxjax.io"] = json.dumps(
-        {"inputs": [_plain(s) for s in in_specs], "outputs": [_plain(s) for s in out_specs]})
+    metadata.write_program(model.description.metadata.userDefined, in_specs, out_specs)
     model.mlProgram.version = 1
     fn = model.mlProgram.functions["main"]  # built in place: a program is not copied
     fn.inputs.extend(fn_inputs)

@@ -38,12 +38,13 @@ from typing import Dict, List, Sequence, Tuple
 
 from coremltools.proto import MIL_pb2, Model_pb2
 
+from .. import metadata
 from ..errors import RlxError
 from .builder import WEIGHT_FILE
 from .ct_private import blob_reader, blob_writer
 from .mil import operations
 
-FUNCTIONS_KEY = "rlxjax.functions"
+FUNCTIONS_KEY = metadata.FUNCTIONS
 IOS18_SPEC_VERSION = 9
 
 # MIL data type -> the blob reader's / writer's method suffix (libmilstoragepython)
@@ -117,7 +118,7 @@ def merge_programs(parts: Sequence[Tuple[str, Model_pb2.Model, str]], default: s
         desc.functions.add(name=name, input=d.input, output=d.output, state=d.state)
         per_function.append({"name": name, "metadata": {
             k: _json_or_text(v) for k, v in d.metadata.userDefined.items()
-            if k.startswith("rlxjax.") and k != "rlxjax.version"}})
+            if metadata.per_function(k)}})
         for block in fn.block_specializations.values():
             for value in _blob_values(block):
                 blob = value.blobFileValue
@@ -140,7 +141,7 @@ def merge_programs(parts: Sequence[Tuple[str, Model_pb2.Model, str]], default: s
     del writer  # the weight file is complete once its writer is dropped
     meta = desc.metadata  # author, license, ... of the first part; rlxjax.* per function
     meta.CopyFrom(parts[0][1].description.metadata)
-    for k in [k for k in meta.userDefined if k.startswith("rlxjax.") and k != "rlxjax.version"]:
+    for k in [k for k in meta.userDefined if metadata.per_function(k)]:
         del meta.userDefined[k]
     meta.userDefined[FUNCTIONS_KEY] = json.dumps({"default": default,
                                                   "functions": per_function})

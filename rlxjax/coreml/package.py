@@ -10,15 +10,10 @@ from __future__ import annotations
 import os
 
 from ..atomic import replace_dir, staging_dir
-from ..errors import RlxError
+from ..errors import PackageError
 from .ct_private import create_mlpackage
 
 MLPACKAGE_SUFFIX = ".mlpackage"
-
-
-
-class PackageError(RlxError, OSError):
-    """A package path that cannot be written (wrong suffix, not a folder, ...)."""
 
 
 def save_mlpackage(model, weights_dir: str | None, path: str | os.PathLike) -> str:

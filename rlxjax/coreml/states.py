@@ -72,11 +72,12 @@ def state_feature(spec: StateSpec) -> Model_pb2.FeatureDescription:
 def describe_states(model, specs) -> None:
     """List ``specs`` in the model description (``description.state``) and in the
     'rlxjax.io' metadata."""
-    import json
     from dataclasses import asdict
+
+    from .. import metadata
 
     model.description.state.extend(state_feature(s) for s in specs)
     meta = model.description.metadata.userDefined
-    io = json.loads(meta["rlxjax.io"]) if "rlxjax.io" in meta else {}
+    io = metadata.read(meta, metadata.IO, {})
     io["states"] = [asdict(s) for s in specs]
-    meta["rlxjax.io"] = json.dumps(io)
+    metadata.write(meta, metadata.IO, io)

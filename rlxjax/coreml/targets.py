@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import TargetError
+from ..formats import base
 
 
 @dataclass(frozen=True)
-class Target:
+class Target(base.Target):
     name: str
     opset: str          # MIL function opset / block specialisation key
     spec_version: int   # Model.specificationVersion
@@ -21,6 +22,9 @@ class Target:
 
     def at_least(self, other: str) -> bool:
         return self.order >= TARGETS[other].order
+
+    def require(self, minimum: str, feature: str) -> None:
+        require(self, minimum, feature)
 
 
 TARGETS = {

@@ -25,8 +25,6 @@ from .. import _jax_compat as jc
 from ..errors import ArgumentError
 from .randomness import subjaxprs
 
-#: package metadata: {input feature name: where its values reach a top_k}, for rlxjax.load
-METADATA_KEY = "rlxjax.nan_sign"
 #: primitives whose result depends on the sign of a NaN operand
 SIGN_SENSITIVE = ("top_k", "approx_top_k")
 

@@ -130,8 +130,3 @@ def graph_index(k: int, empties: Dict[int, EmptyIO]) -> Optional[int]:
     if k in empties:
         return None
     return k - sum(1 for e in empties if e < k)
-
-
-#: package metadata key listing the zero-size inputs and outputs (not Core ML features;
-#: written by api.py, read by rlxjax.load)
-EMPTY_IO_KEY = "rlxjax.empty"

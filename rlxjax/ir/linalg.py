@@ -29,6 +29,8 @@ dims (any leading dims are a batch), with the semantics of JAX's primitives on X
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .ops import _require, defop
 from .schema import BOOL, Param
 from .types import DType, TensorType
@@ -104,3 +106,21 @@ def _svd(ts, p):
     batch, (m, n) = tuple(a.shape[:-2]), tuple(a.shape[-2:])
     k = min(m, n)
     return [a.with_shape(batch + (k,)), a.with_shape(batch + (m, k)), a.with_shape(batch + (k, n))]
+
+
+#: the one-sided Jacobi SVD schedule every layer computes ``svd`` with (the Core ML
+#: lowering, coreml/rules/linalg_svd.py, and constant folding, transforms/fold/linalg.py)
+MAX_SWEEPS = 30
+
+
+def round_robin(n: int) -> np.ndarray:
+    """[rounds, n] int32: per round, the first n/2 entries paired with the last n/2
+    (circle method, n even), every pair exactly once over n − 1 rounds."""
+    players = list(range(n))
+    rounds = []
+    for _ in range(n - 1):
+        half = n // 2
+        top, bottom = players[:half], players[half:][::-1]
+        rounds.append(top + bottom)
+        players = [players[0]] + [players[-1]] + players[1:-1]
+    return np.asarray(rounds, np.int32)

@@ -13,34 +13,11 @@ Backend names:
 """
 from __future__ import annotations
 
-import platform
 import shutil
 import tempfile
 
-from ..errors import BackendUnavailableError, RlxError
-
-BACKENDS = ("reference", "reference-fast", "coreml")
-REFERENCE_BACKENDS = ("reference", "reference-fast")
-
-
-def is_macos() -> bool:
-    return platform.system() == "Darwin"
-
-
-def default_backend() -> str:
-    return "coreml" if is_macos() else "reference"
-
-
-def resolve_backend(name: str | None) -> str:
-    name = default_backend() if name is None else name
-    if name not in BACKENDS:
-        raise RlxError(f"unknown backend {name!r}; choose one of {BACKENDS} or None")
-    if name == "coreml" and not is_macos():
-        raise BackendUnavailableError(
-            "backend='coreml' needs Core ML's runtime, which exists only on macOS "
-            f"(this is {platform.system()}). Use backend='reference' (the numpy MIL "
-            "interpreter) here, or save() the package and run it on a Mac or device.")
-    return name
+from ..formats.backends import (BACKENDS, REFERENCE_BACKENDS, default_backend,  # noqa: F401
+                                is_macos, resolve_backend)
 
 
 def reference_program(model, weights_dir, *, accelerated: bool = False,

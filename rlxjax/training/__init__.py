@@ -4,7 +4,8 @@
 * ``program.py``    building the training graph and compiling it (``TrainProgram``)
 * ``mlstate.py``    ``state="mlstate"``: exact fp32 storage in Core ML fp16 states
 * ``state.py``      ``TrainState`` and the device state between steps
-* ``step.py``       ``coreml_train_step`` / ``TrainStep``: the host runtime (init, step, fit)
+* ``options.py``    ``coreml_train_step``: checks its options, picks the step class
+* ``step.py``       ``TrainStep``: the host runtime (init, step, fit)
 * ``checkpoint.py`` checkpoints and ``export_state`` files (written through rlxjax/atomic.py)
 * ``progress.py``   the progress bar of ``fit`` (tqdm)
 * ``multifunction.py`` ``step.save(path, predict=...)``: train_step + predict in one package
@@ -17,8 +18,8 @@
 from .export import export_inference
 from .mixed import DynamicLossScale, MixedState
 from .state import TrainState
-from .step import TrainStep, coreml_train_step
-from . import trainable as _trainable  # noqa: F401  (registers the masked step)
+from .options import coreml_train_step
+from .step import TrainStep
 
 __all__ = ["coreml_train_step", "TrainStep", "TrainState", "export_inference",
            "DynamicLossScale", "MixedState"]

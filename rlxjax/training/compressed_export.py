@@ -13,8 +13,9 @@ from typing import Callable
 
 import jax
 
+from .. import formats
 from ..api import CoreMLFunction
-from ..coreml.compress import CompressionReport, check_scheme
+from ..compression import CompressionReport
 from ..frontend import Traced, arg_names, path_name
 from .frozen import bake_leaf, bake_weights
 
@@ -47,11 +48,12 @@ class _Baked(CoreMLFunction):
 
 def export_compressed(fn: Callable, params, example_inputs, *, path, target, precision,
                       backend, compress):
-    check_scheme(compress, target)
+    step_format = formats.get()
+    step_format.check_compression(compress, target)
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
     values, weights, rows = [], [], []
     for p, leaf in flat:
-        value, weight, row = bake_leaf(path_name("params", p), leaf, compress)
+        value, weight, row = bake_leaf(path_name("params", p), leaf, compress, step_format)
         values.append(value)
         weights.append(weight)
         rows.append(row)

@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import jax
 import numpy as np
 
-from ..coreml.compress import CompressionReport, check_scheme, compress_leaf, leaf_report
+from ..compression import CompressionReport, leaf_report
 from ..errors import ArgumentError
 from ..frontend import Traced, path_name
 from ..transforms.rewrite import substitute
@@ -18,13 +18,15 @@ from .layout import leaf_struct
 from .nnx_filter import nnx_filter_mask
 
 
-def check_split_options(trainable, compress, target) -> None:
-    """Refuse ``compress=`` without ``trainable=`` and a scheme the target lacks."""
+def check_split_options(trainable, compress, target, fmt) -> None:
+    """Refuse ``compress=`` without ``trainable=`` and a scheme the target (of format
+    ``fmt``) lacks."""
     if trainable is None:
         raise ArgumentError(f"compress={compress!r} stores the frozen parameters compressed: "
                             "say which leaves are trained with trainable= (a pytree of bools "
                             "or a callable (path, leaf) -> bool); everything else is frozen")
-    check_scheme(compress, target)
+    if compress is not None:
+        fmt.check_compression(compress, target)
 
 
 def resolve_mask(trainable, params) -> List[bool]:
@@ -73,15 +75,15 @@ def resolve_mask(trainable, params) -> List[bool]:
     return mask
 
 
-def bake_leaf(name: str, leaf, compress: Optional[str]):
+def bake_leaf(name: str, leaf, compress: Optional[str], fmt=None):
     """(the values the program computes with, the params of its weight node, its
-    compression report row) of the frozen leaf ``name``."""
+    compression report row) of the frozen leaf ``name`` (compressed by format ``fmt``)."""
     arr = np.asarray(leaf)
     arr = arr.astype(leaf_struct(arr).dtype, copy=False)  # as JAX computes with it
     if arr.size == 0:
         raise ArgumentError(f"frozen parameter '{name}' is zero-size: leave it out of params "
                             "(close over it)")
-    c = compress_leaf(arr, compress) if compress is not None else None
+    c = fmt.compress_leaf(arr, compress) if compress is not None else None
     value = arr if c is None else c.value
     weight = dict(value=value, name=name, **(c.params() if c is not None
                                              else {"scheme": "none"}))
@@ -100,7 +102,8 @@ class FrozenSplit:
     report: CompressionReport
 
     @classmethod
-    def of(cls, params, trainable, compress: Optional[str]) -> "FrozenSplit":
+    def of(cls, params, trainable, compress: Optional[str], fmt=None) -> "FrozenSplit":
+        """``fmt``: the format whose scheme compresses the frozen leaves."""
         mask = resolve_mask(trainable, params)
         flat, treedef = jax.tree_util.tree_flatten_with_path(params)
         names, values, weights, rows = [], [], [], []
@@ -108,7 +111,7 @@ class FrozenSplit:
             if m:
                 continue
             name = path_name("params", path)
-            value, weight, row = bake_leaf(name, leaf, compress)
+            value, weight, row = bake_leaf(name, leaf, compress, fmt)
             names.append(name)
             values.append(value)
             weights.append(weight)

@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import ArgumentError
 from .export import numpy_tree
 from .program import build_train_graph
-from .step import PRECISION_STEPS, TrainStep
+from .step import TrainStep
 
 
 @dataclass(frozen=True)
@@ -187,4 +187,3 @@ class MixedTrainStep(TrainStep):
         return float(np.asarray(numpy_tree(state.opt_state).loss_scale))
 
 
-PRECISION_STEPS["mixed"] = MixedTrainStep

@@ -23,18 +23,14 @@ for the step, ``rlxjax.predict`` for predict) is kept under ``rlxjax.functions``
 """
 from __future__ import annotations
 
-import json
-import tempfile
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .. import formats, metadata
 from ..api import CoreMLFunction
-from ..coreml.multifunction import merge_programs
-from ..coreml.package import save_mlpackage
-from ..coreml.targets import get_target, require
 from ..errors import ArgumentError, RlxError
 from ..frontend import Traced, arg_names
 from ..frontend.interpreter import Lowering
@@ -44,14 +40,13 @@ from .frozen import bake_weights
 from .mlstate import F32_PIECES, Layout, decode_f32
 
 TRAIN_FUNCTION, PREDICT_FUNCTION = "train_step", "predict"
-PREDICT_METADATA_KEY = "rlxjax.predict"
 
 
 class PredictFunction(CoreMLFunction):
     """``fn(params, *inputs)`` compiled as the ``predict`` function of a training
     package: params as inputs (io) or decoded from the training states (mlstate)."""
 
-    def __init__(self, fn: Callable, layout, *, target: str, backend, split=None):
+    def __init__(self, fn: Callable, layout, *, target, backend, split=None, format=None):
         user = fn
         if split is not None:  # trainable=: the frozen leaves are the train step's weights
             def fn(frozen, params, *inputs):
@@ -59,7 +54,7 @@ class PredictFunction(CoreMLFunction):
 
             fn.__name__ = getattr(user, "__name__", PREDICT_FUNCTION)
         super().__init__(fn, static_argnums=(), target=target, precision="fp32",
-                         backend=backend)
+                         backend=backend, format=format or formats.DEFAULT)
         self.layout = layout  # the train program's TrainLayout
         self.user_fn, self.split = user, split
 
@@ -145,6 +140,7 @@ def compile_predict(step, program, fn: Callable, example_inputs):
                             f"{type(fn).__name__}")
     split = getattr(step, "split", None)  # a trainable= step: its frozen leaves
     pf = PredictFunction(fn, program.layout, target=step.target, backend=step.backend,
+                         format=step.format_name,
                          split=split)
     lead = () if split is None else (list(split.values),)
     compiled = pf.lower(*lead, _params_structs(program), *example_inputs).compile(
@@ -159,14 +155,14 @@ def compile_predict(step, program, fn: Callable, example_inputs):
                              for s in layout.tensors.slots[:layout.tensors.n_params]])
     else:
         meta["param_inputs"] = [f.feature for f in layout.inputs if f.role == "param"]
-    compiled.spec.description.metadata.userDefined[PREDICT_METADATA_KEY] = json.dumps(meta)
+    metadata.write(compiled.metadata, metadata.PREDICT, meta)
     return compiled
 
 
 def save_train_predict(step, program, path, predict) -> str:
     """Write ``program`` (the train step) and ``predict`` = (fn, *example_inputs) as one
     multifunction package at ``path``."""
-    require(get_target(step.target), "iOS18",
+    step.target.require("iOS18",
             "a package with train_step and predict functions (a multifunction ML Program; "
             "create the step with target='iOS18')")
     if not isinstance(predict, (tuple, list)) or not predict:
@@ -175,8 +171,5 @@ def save_train_predict(step, program, path, predict) -> str:
     fn, *example_inputs = predict
     pred = compile_predict(step, program, fn, example_inputs)
     train = program.compiled
-    with tempfile.TemporaryDirectory(prefix="rlxjax-multifunction-") as tmp:
-        model = merge_programs([(TRAIN_FUNCTION, train.spec, train._weights_dir),
-                                (PREDICT_FUNCTION, pred.spec, pred._weights_dir)],
-                               TRAIN_FUNCTION, tmp)
-        return save_mlpackage(model, tmp, path)
+    return step.format.save_functions([(TRAIN_FUNCTION, train.executable),
+                                       (PREDICT_FUNCTION, pred.executable)], TRAIN_FUNCTION, path)

@@ -19,12 +19,12 @@ from typing import Dict, List, Optional, Tuple
 import jax
 import numpy as np
 
-from .. import atomic
+from .. import atomic, metadata
 from ..errors import ArgumentError
 
 SEP = "/"
 #: ``__metadata__`` entry naming the writer (safetensors metadata is str -> str)
-FORMAT = "rlxjax.params.v1"
+FORMAT = metadata.PARAMS_FORMAT
 
 
 def _key(k) -> str:

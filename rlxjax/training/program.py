@@ -10,12 +10,12 @@ package metadata (``rlxjax.train``).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 import jax
 
+from .. import metadata
 from ..api import Compiled
 from ..errors import ArgumentError, RlxError, ZeroSizeError
 from ..frontend import Traced, path_name
@@ -26,7 +26,6 @@ from ..transforms.rewrite import dce
 from .layout import TrainLayout, leaf_struct, state_layout
 from .mlstate import Layout, rewrite_to_states
 
-METADATA_KEY = "rlxjax.train"
 
 # a placeholder leaf for the result's treedef (not None: a pytree's own None nodes,
 # eqx.partition's, are no leaves)
@@ -170,6 +169,6 @@ def compile_program(step, args, *, mode: str, has_aux: bool) -> TrainProgram:
     host = compiled._traced.host
     layout = TrainLayout.of_program(compiled, mode, n_p, n_s, has_aux, tensors,
                                     n_random=0 if host is None else len(host.inputs))
-    compiled.spec.description.metadata.userDefined[METADATA_KEY] = json.dumps(layout.metadata())
+    metadata.write(compiled.metadata, metadata.TRAIN, layout.metadata())
     structs = (args[0], args[1]) if mode == "mlstate" else None
     return TrainProgram(compiled, layout, structs)

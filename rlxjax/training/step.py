@@ -5,7 +5,7 @@ the loss (and aux), the new parameters and the new optimizer state (``state="io"
 app feeds the new values back in on the next call. With ``state="mlstate"`` parameters and
 optimizer state live in Core ML states instead, updated in place by each call.
 
-This module is the host side: ``TrainStep`` compiles one program per batch signature
+This module is the host side (options.py's ``coreml_train_step`` makes one): ``TrainStep`` compiles one program per batch signature
 (program.py builds it), runs it, keeps the device state (state.py), fits, exports the
 initial state and saves (checkpoint.py).
 """
@@ -17,7 +17,6 @@ import jax
 import numpy as np
 
 from ..api import Compiled, CoreMLFunction
-from ..coreml.targets import get_target, require
 from ..errors import ArgumentError, RlxError
 from ..frontend import Traced, arg_names, path_name
 from .checkpoint import write_state_files
@@ -27,11 +26,6 @@ from .mlstate import host_pack, state_bindings
 from .program import TrainProgram, build_train_graph, compile_program
 from .progress import progress_bar
 from .state import DeviceState, TrainState
-
-
-#: the TrainStep subclass of ``trainable=`` / ``compress=`` (training/trainable.py appends it
-#: when the package is imported; a registration, so that this module does not import it)
-MASKED_STEP: List[type] = []
 
 
 class TrainStep(CoreMLFunction):
@@ -74,8 +68,6 @@ class TrainStep(CoreMLFunction):
     def last_compiled(self) -> Optional[Compiled]:
         """The compiled program the latest call (or ``init`` with a batch) used."""
         return None if self._latest is None else self._latest.compiled
-
-    _last = last_compiled  # the name rlxjax.demo and bench/ read
 
     def _program(self, state: TrainState, batch) -> TrainProgram:
         """The program for ``batch`` (compiled on first use for its signature)."""
@@ -218,67 +210,3 @@ def _refuse_rng_state(params) -> None:
                 "hold only trained float arrays (and int32); pass PRNG keys and RNG counters "
                 "in the batch (nnx: nnx.split(model, nnx.Param, nnx.RngState) and return the "
                 "new RNG state as aux, docs/errors.md)")
-
-
-#: precision -> TrainStep subclass, for the precisions other modules implement (mixed.py
-#: registers "mixed"; rlxjax.training imports it, so it is there whenever this module is)
-PRECISION_STEPS: Dict[str, type] = {}
-
-
-def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
-                      precision: str = "fp32", has_aux: bool = False, backend=None,
-                      random=None, trainable=None, compress=None, flexible=None,
-                      loss_scale=None):
-    """One Core ML program = forward + backward + ``optimizer`` update (optax).
-
-    ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
-    ``st = step.init(params); st, loss = step(st, *batch)``, ``step.fit(...)``,
-    ``step.save("train.mlpackage")``. ``state="io"`` passes params and optimizer state in
-    and out of every call (default target iOS17); ``state="mlstate"`` keeps them in Core ML
-    states updated in place (target iOS18, the default for it; exact fp32 storage, see
-    rlxjax/training/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
-    (dropout) are computed on the host from the keys in the batch and fed as program
-    inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
-    ``random="device"``: the draws are Core ML random ops, fresh on every step.
-
-    ``trainable``: which leaves of ``params`` are trained - a pytree of bools shaped like
-    ``params`` or a prefix of it, or a callable ``(path, leaf) -> bool``; the others are
-    frozen into the program as weights, stored compressed with ``compress`` (``"fp16"``,
-    ``"int8"``, ``"int4"``, ``"palettize4"``, ``"palettize8"``). See
-    rlxjax/training/trainable.py and rlxjax/coreml/compress.py.
-    ``flexible``: batch axes whose size may change between steps of one program, by the
-    loss's argument names, e.g. ``{"x": {0: (1, 256)}, "y": {0: (1, 256)}}`` (same bounds:
-    one size; see ``coreml_jit`` and docs/flexible.md). Parameters and optimizer state
-    stay static.
-    ``precision="mixed"``: forward and backward in fp16, parameters and optimizer state in
-    fp32, dynamic loss scaling (``loss_scale=rlxjax.DynamicLossScale(...)``; training/mixed.py).
-    """
-    if state == "mlstate":
-        target = "iOS18" if target is None else target
-        require(get_target(target), "iOS18", "state='mlstate' (Core ML states)")
-    target = "iOS17" if target is None else target
-    if precision in PRECISION_STEPS:  # "mixed": mixed.py (registered on import)
-        if trainable is not None or compress is not None or flexible:
-            raise ArgumentError("precision='mixed' does not combine with trainable= / "
-                                "compress= / flexible= (yet): use precision='fp32' for those")
-        return PRECISION_STEPS[precision](loss, optimizer, state=state, has_aux=has_aux,
-                                          loss_scale=loss_scale, static_argnums=(),
-                                          target=target, backend=backend, random=random)
-    if loss_scale is not None:
-        raise ArgumentError("loss_scale= is for precision='mixed' (fp16 compute) only")
-    if precision != "fp32":
-        raise ArgumentError("training steps compute in fp32 (precision='fp32') or mixed "
-                            "(precision='mixed': fp16 forward/backward, fp32 weights and "
-                            "optimizer state, loss scaling): pure fp16 gradients and "
-                            "optimizer moments lose the updates")
-    if flexible and {"params", "opt_state", 0, 1} & set(flexible):
-        raise ArgumentError("flexible= names batch arguments only: parameters and optimizer "
-                            "state keep their shapes (a Core ML state cannot be flexible)")
-    options = dict(state=state, has_aux=has_aux, static_argnums=(), target=target,
-                   precision=precision, backend=backend, random=random, flexible=flexible)
-    if trainable is None and compress is None:
-        return TrainStep(loss, optimizer, **options)
-    from .frozen import check_split_options
-
-    check_split_options(trainable, compress, target)
-    return MASKED_STEP[0](loss, optimizer, trainable=trainable, compress=compress, **options)

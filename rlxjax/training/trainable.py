@@ -40,12 +40,12 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from ..coreml.compress import CompressionReport
+from ..compression import CompressionReport
 from ..errors import ArgumentError
 from ..frontend import Traced
 from .export import numpy_tree
 from .frozen import FrozenSplit, bake_weights, check_split_options
-from .step import MASKED_STEP, TrainStep
+from .step import TrainStep
 
 
 class MaskedTrainStep(TrainStep):
@@ -91,7 +91,7 @@ class MaskedTrainStep(TrainStep):
         """The initial TrainState of the trainable leaves of ``params`` (the others are
         frozen into the program: see rlxjax/training/trainable.py)."""
         params = numpy_tree(params)
-        self.split = FrozenSplit.of(params, self.trainable, self.compress)
+        self.split = FrozenSplit.of(params, self.trainable, self.compress, self.format)
         self._programs.clear()
         self._latest = None
         return super().init(self.split.trainable_tree(params), *example_batch)
@@ -155,5 +155,4 @@ class MaskedTrainStep(TrainStep):
         return self._require_split().report
 
 
-MASKED_STEP.append(MaskedTrainStep)  # coreml_train_step(trainable=...) makes these
 __all__ = ["MaskedTrainStep", "check_split_options"]

@@ -17,27 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, TensorType
+from ...ir.linalg import MAX_SWEEPS, round_robin
 from ..builder import cast_name
 from ..registry import lowering
 from .common import reshape, slice_axis
 from .elementwise import Ew
 from .linalg import I32, BOOL, take_at, column_loop, swap_last
-
-MAX_SWEEPS = 30
-
-
-def round_robin(n: int) -> np.ndarray:
-    """[rounds, n] int32: per round, the first n/2 entries paired with the last n/2
-    (circle method, n even), every pair exactly once over n − 1 rounds."""
-    players = list(range(n))
-    rounds = []
-    for _ in range(n - 1):
-        half = n // 2
-        top, bottom = players[:half], players[half:][::-1]
-        rounds.append(top + bottom)
-        players = [players[0]] + [players[-1]] + players[1:-1]
-    return np.asarray(rounds, np.int32)
-
 
 def _gather_cols(b, x, idx, n):
     shape = tuple(x.shape[:-1]) + (n,)

@@ -172,7 +172,7 @@ def qr(p, a):
 @register_impl("fold", "svd")
 def svd(p, a):
     """One-sided Jacobi, as coreml/rules/linalg_svd.py computes it."""
-    from ...coreml.rules.linalg_svd import MAX_SWEEPS, round_robin  # the same schedule
+    from ...ir.linalg import MAX_SWEEPS, round_robin  # the same schedule as the lowering
     m, n = a.shape[-2:]
     dt = a.dtype.type
     w = np.array(a if m >= n else np.swapaxes(a, -1, -2))

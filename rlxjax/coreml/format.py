@@ -1,0 +1,128 @@
+"""The Core ML format (rlxjax/formats/): a ``Program`` as an ML Program in an ``.mlpackage``.
+
+``CoreMLFormat.compile`` lowers the RLX graph to MIL (lower.py), writes the metadata
+(rlxjax/metadata.py) and runs the exact MIL peepholes (CSE, linear bias fusion); the
+``CoreMLExecutable`` it returns runs on Core ML (macOS) or the reference MIL interpreter
+(rlxjax/runtime), saves atomically (package.py), validates through coremltools' loader and
+lists its MIL operations.
+"""
+from __future__ import annotations
+
+import tempfile
+from typing import Tuple
+
+from . import coremltools_quiet  # noqa: F401  (first: coremltools without its notices)
+from .. import metadata
+from ..formats.base import Executable, Format
+from .lower import lower_graph
+from .mil_cse import mil_cse
+from .mil_linear_bias import fuse_linear_bias
+from .package import MLPACKAGE_SUFFIX, save_mlpackage
+from .targets import Target, get_target
+
+
+class CoreMLExecutable(Executable):
+    """A lowered ML Program: the ``Model`` protobuf and its weights folder."""
+
+    def __init__(self, model, weights_dir: str, in_specs, out_specs, keep_alive=None):
+        self.spec = model
+        self.weights_dir = weights_dir
+        self.input_specs = tuple(in_specs)
+        self.output_specs = tuple(out_specs)
+        self._keep_alive = keep_alive  # owns the temporary weights folder
+
+    @property
+    def metadata(self):
+        return self.spec.description.metadata.userDefined
+
+    @property
+    def state_names(self) -> Tuple[str, ...]:
+        return tuple(f.name for f in self.spec.description.state)
+
+    def runner(self, backend: str):
+        from ..runtime import make_backend
+
+        return make_backend(backend, self.spec, self.weights_dir)
+
+    def save(self, path) -> str:
+        return save_mlpackage(self.spec, self.weights_dir, path)
+
+    def validate(self):
+        """coremltools' pymil Program of the model (its milproto loader's checks)."""
+        from .validate import validate_model
+
+        return validate_model(self.spec, self.weights_dir)
+
+    def operations(self) -> list:
+        """Every MIL operation in program order, an op before those in its nested (cond /
+        loop) blocks (mil.py ``walk``)."""
+        from .mil import function_block, operations
+
+        return list(operations(function_block(self.spec, "main")))
+
+    def cost(self) -> dict:
+        from .cost import analyse
+
+        return analyse(self.spec)
+
+    def as_text(self) -> str:
+        return str(self.validate())
+
+
+class CoreMLFormat(Format):
+    name = "coreml"
+    suffix = MLPACKAGE_SUFFIX
+    default_target = "iOS17"
+
+    def target(self, target) -> Target:
+        return target if isinstance(target, Target) else get_target(target)  # (resolve_target)
+
+    def compile(self, program, *, keep_weight_layout: bool = False) -> CoreMLExecutable:
+        tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
+        traced = program.traced
+        model, ins, outs = lower_graph(program.graph, program.target, program.precision,
+                                       tmp.name, states=program.states,
+                                       keep_weight_layout=keep_weight_layout)
+        meta = model.description.metadata.userDefined
+        if traced.host is not None:  # random="inputs" / "device": what the host feeds
+            metadata.write(meta, metadata.RANDOM, metadata.random_rows(traced.host, ins))
+        if program.enumerated:  # flexible= with listed sizes
+            from .enumerated import describe_enumerated
+
+            ins = describe_enumerated(model, ins, program.enumerated, program.target)
+        empty = metadata.empty_rows(traced, ins, outs)
+        if empty is not None:  # zero-size leaves: no Core ML features, rlxjax.load takes them
+            metadata.write(meta, metadata.EMPTY, empty)
+        nan = metadata.nan_sign_rows(traced, ins)
+        if nan is not None:  # so that rlxjax.load checks them too
+            metadata.write(meta, metadata.NAN_SIGN, nan)
+        mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
+        fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
+        return CoreMLExecutable(model, tmp.name, ins, outs, tmp)
+
+    def save_functions(self, functions, default: str, path) -> str:
+        """A multifunction ML Program (iOS18, multifunction.py)."""
+        from .multifunction import merge_programs
+
+        with tempfile.TemporaryDirectory(prefix="rlxjax-multifunction-") as tmp:
+            model = merge_programs([(name, ex.spec, ex.weights_dir) for name, ex in functions],
+                                   default, tmp)
+            return save_mlpackage(model, tmp, path)
+
+    def load(self, path, backend=None, function=None):
+        from .loaded import load_package
+
+        return load_package(path, backend, function)
+
+    def check_compression(self, scheme, target) -> None:
+        from .compress import check_scheme
+
+        check_scheme(scheme, self.target(target))
+
+    def compress_leaf(self, arr, scheme):
+        from .compress import compress_leaf
+
+        return compress_leaf(arr, scheme)
+
+
+FORMAT = CoreMLFormat()

@@ -1,0 +1,114 @@
+"""What a format provides (rlxjax/formats/__init__.py registers them).
+
+``api.py``, ``training/`` and ``load.py`` talk to these interfaces and to no format module:
+
+* ``Format``: resolves target names to its ``Target`` objects (once, where a user's string
+  enters), compiles a ``Program`` to an ``Executable``, writes several executables as one
+  multifunction package, loads a package, and compresses frozen weights;
+* ``Executable``: one compiled program - its signature (``IOSpec``s), its metadata map,
+  its states; it runs on a named backend, saves atomically, validates itself and
+  describes its operations.
+
+Behaviour shared by every format (the call-time checks, the metadata schema, the host
+parts of randomness, zero-size leaves and NaN signs) is not here but in rlxjax/calling.py,
+rlxjax/metadata.py and the frontend, which the formats use.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Dict, MutableMapping, Sequence, Tuple
+
+
+class Target(abc.ABC):
+    """A deployment target of one format (Core ML: an OS version and its opset)."""
+
+    name: str
+
+    @abc.abstractmethod
+    def at_least(self, other: str) -> bool:
+        """Whether this target is ``other`` or newer."""
+
+    @abc.abstractmethod
+    def require(self, minimum: str, feature: str) -> None:
+        """Raise ``TargetError`` naming ``feature`` when this target is older than
+        ``minimum``."""
+
+
+class Executable(abc.ABC):
+    """One compiled program of a format."""
+
+    input_specs: tuple
+    output_specs: tuple
+
+    @property
+    @abc.abstractmethod
+    def metadata(self) -> MutableMapping[str, str]:
+        """The package metadata map (keys: rlxjax/metadata.py)."""
+
+    @property
+    @abc.abstractmethod
+    def state_names(self) -> Tuple[str, ...]:
+        """The program's states (empty for a stateless program)."""
+
+    @abc.abstractmethod
+    def runner(self, backend: str):
+        """An object with ``run(feeds, state=None) -> {feature: array}`` and
+        ``make_state()``, running this program on ``backend``."""
+
+    @abc.abstractmethod
+    def save(self, path) -> str:
+        """Write the package at ``path`` atomically; return its absolute path."""
+
+    @abc.abstractmethod
+    def validate(self):
+        """Check the program with the format's own loader (raise ``ValidationError``)."""
+
+    @abc.abstractmethod
+    def operations(self) -> list:
+        """The program's operations in program order (each with a ``type``)."""
+
+    @abc.abstractmethod
+    def cost(self) -> dict:
+        """A static cost model of the program (``Compiled.cost_analysis``)."""
+
+    @abc.abstractmethod
+    def as_text(self) -> str:
+        """The program as text."""
+
+
+class Format(abc.ABC):
+    name: str
+    suffix: str
+    default_target: str
+
+    @abc.abstractmethod
+    def target(self, target) -> Target:
+        """``target`` (a name, or a ``Target`` of this format, returned as it is) resolved;
+        ``TargetError`` for an unknown name."""
+
+    @abc.abstractmethod
+    def compile(self, program, *, keep_weight_layout: bool = False) -> Executable:
+        """Lower ``program`` (rlxjax/program.py) and write its metadata.
+        ``keep_weight_layout``: constants keep their layout, so that a weight shared with
+        another function of a multifunction package is stored once."""
+
+    @abc.abstractmethod
+    def save_functions(self, functions: Sequence[Tuple[str, Executable]], default: str,
+                       path) -> str:
+        """Write ``functions`` (name, executable) as one package with ``default`` as its
+        default function."""
+
+    @abc.abstractmethod
+    def load(self, path, backend=None, function=None):
+        """The package at ``path`` ready to run (``rlxjax.load``)."""
+
+    @abc.abstractmethod
+    def check_compression(self, scheme, target) -> None:
+        """Refuse an unknown ``compress=`` scheme or a target too old for it."""
+
+    @abc.abstractmethod
+    def compress_leaf(self, arr, scheme):
+        """The compressed storage of one frozen weight (None: stored as it is)."""
+
+    def describe(self) -> Dict[str, str]:
+        return {"name": self.name, "suffix": self.suffix, "default_target": self.default_target}
