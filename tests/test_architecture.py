@@ -196,3 +196,24 @@ def test_one_module_defines_the_metadata_keys():
 
 _KEY_NAMES = {"version", "io", "empty", "random", "nan_sign", "train", "predict", "functions",
               "params"}
+
+
+def test_import_and_a_wrapper_load_no_format_library():
+    """Pay for what you use: ``import rlxjax``, ``rlxjax --help``'s imports and building a
+    ``coreml_jit`` / ``coreml_train_step`` wrapper import neither coremltools nor coreai;
+    the first compile does (rlxjax/formats/)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, optax, rlxjax, rlxjax.cli\n"
+        "f = rlxjax.coreml_jit(lambda x: x * 2, target='iOS18')\n"
+        "s = rlxjax.coreml_train_step(lambda p, x: (p * x).sum(), optax.sgd(0.1))\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('coremltools', 'coreai'))\n"
+        "assert not bad, bad[:5]\n"
+        "import numpy as np\n"
+        "f(np.ones(3, np.float32))\n"
+        "assert 'coremltools' in sys.modules\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=str(ROOT))
+    assert res.returncode == 0, res.stderr[-2000:]
