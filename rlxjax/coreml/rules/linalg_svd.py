@@ -19,8 +19,7 @@ import numpy as np
 from ...ir import DType, TensorType
 from ..builder import cast_name
 from ..registry import lowering
-from .common import reshape, slice_axis
-from .elementwise import Ew
+from .common import Ew, reshape, slice_axis
 from .linalg import I32, BOOL, take_at, column_loop, swap_last
 
 MAX_SWEEPS = 30

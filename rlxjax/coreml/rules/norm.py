@@ -26,8 +26,7 @@ import numpy as np
 
 from ...ir import DType, TensorType
 from ..registry import lowering
-from .elementwise import Ew
-from .common import reshape, scalar_like
+from .common import Ew, reshape, scalar_like
 
 
 def reduce_mean(b, x, axes):
