@@ -3,7 +3,7 @@ the gradients ``needs`` wants; the probabilities are recomputed there from q, k 
 mask."""
 from __future__ import annotations
 
-from .norm import emit
+from .helpers import emit
 from .registry import refuse_vjp, vjp_rule
 
 

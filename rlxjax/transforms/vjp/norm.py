@@ -5,9 +5,7 @@ their cotangents go through standard ops here (rarely present: a loss seldom rea
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
-
-from ...ir import Value
+from .helpers import emit
 from .registry import refuse_vjp, vjp_rule
 
 _KEEP = ("axis", "eps", "num_groups", "channel_axis", "has_gamma", "kind")
@@ -16,19 +14,6 @@ _KEEP = ("axis", "eps", "num_groups", "channel_axis", "has_gamma", "kind")
 def _grad_params(node):
     """The forward params the backward op takes (beta and momentum play no part)."""
     return {k: v for k, v in node.params.items() if k in _KEEP}
-
-
-def emit(ctx, op, inputs, roles: Sequence[Optional[str]], needs, **params):
-    """Add ``op`` producing the gradient named ``roles[i]`` for each forward input i that
-    ``needs`` (roles are listed in the op's canonical output order); -> one entry per input."""
-    res: List[Optional[Value]] = [None] * len(roles)
-    wanted = [(i, r) for i, r in enumerate(roles) if r is not None and needs[i]]
-    if not wanted:
-        return res
-    outs = ctx.add_multi(op, inputs, outputs=tuple(r for _, r in wanted), **params)
-    for (i, _), v in zip(wanted, outs):
-        res[i] = v
-    return res
 
 
 def _affine_roles(p, n_stats=0, stats=()):
