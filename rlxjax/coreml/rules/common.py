@@ -1,6 +1,7 @@
 """Helpers shared by the Core ML lowering rules. Each takes the MIL builder ``b`` (or
 only a value) and emits a small, exact MIL pattern; no lowering is registered here.
-:class:`Ew` is the shorthand every rule family uses for elementwise MIL ops.
+:class:`Ew` is the shorthand every rule family uses for elementwise MIL ops;
+:func:`graphs` is what a rule's whole-graph analysis (``ctx.analysis``) walks.
 
 Two paddings, for two contracts:
 
@@ -15,6 +16,18 @@ import numpy as np
 
 from ...ir import DType, TensorType, broadcast_shapes
 from ..builder import FILL_CONST_MAX
+
+
+def graphs(root):
+    """``root`` and every region graph nested in it, at any depth: what a rule's analysis
+    of the graph being lowered (``LowerContext.analysis``) reads."""
+    stack = [root]
+    while stack:
+        g = stack.pop()
+        yield g
+        for n in g.nodes:
+            if n.regions:  # a graph, or a tuple of them (cond's branches)
+                stack.extend(n.subgraphs())
 
 
 def scalar_like(x, value) -> np.ndarray:
