@@ -4,6 +4,14 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from ...ir import Value
+from ...ir.ops import OPS
+
+
+def backward_op(node) -> str:
+    """The backward op ``node``'s record declares (``OpDef.backward``): a rule emits the name
+    found there, so that grepping a backward op finds the record of the op it belongs to."""
+    (op,) = OPS[node.op].backward
+    return op
 
 
 def emit(ctx, op, inputs, roles: Sequence[Optional[str]], needs, **params):
