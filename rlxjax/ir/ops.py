@@ -4,10 +4,10 @@ A record holds what every layer needs to know about an op: its family, a declara
 parameter schema (``Param``), its effects (pure / state / random), whether it is
 differentiable, its regions (``Node.regions``), the backward op(s) its VJP rule emits
 (``backward``: a fused op's hand-written backward, named where the op is), and type
-inference. The layers (frontend,
-grad transform, constant folding, Core ML lowering) keep their family modules and register
-their part into the record with ``register_impl(layer, *ops)``; ``OpDef.impl(layer)``
-reads it back. One test (tests/test_op_records.py) checks the records are complete.
+inference. The layers (frontend, grad transform, constant folding, Core ML lowering) keep
+their family modules and register their part into the record with
+``register_impl(layer, *ops)``; ``OpDef.impl(layer)`` reads it back. One test
+(tests/test_op_records.py) checks the records are complete.
 
 Families (``FAMILIES``; the same names are used in every layer): constant, elementwise,
 reduction, shape, linear (defined here), and norm, norm_grad, pool, conv, indexing, random,
