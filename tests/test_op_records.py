@@ -7,7 +7,8 @@
   (tests/op_samples.py builds one for EVERY op, none is taken on trust) is lowered and
   loaded back through coremltools' MIL loader on each claimed target;
 - every op has a VJP rule or its record says it is not differentiable (and then it has no
-  rule);
+  rule); every backward op a record declares (``OpDef.backward``) is a registered op, and
+  every hand-written backward op (the *_grad families) is declared by exactly one record;
 - every MIL op those lowerings emit has reference semantics that are cross-checked against
   coremltools' value_inference, or a named substitute test: the list and the check live in
   tests/runtime/test_emitted_ops.py, and here each op's lowering is tied to it.
@@ -161,6 +162,21 @@ def test_every_op_has_a_vjp_or_is_marked_non_differentiable():
                        | {"while"}
                        | {"nextafter", "igamma_grad_a", "zeta"}  # as JAX: no derivative
                        | {"qr"})  # differentiated by JAX's rule (custom_vjp), not its own
+
+
+def test_every_declared_backward_op_is_a_registered_op():
+    declared = {}
+    for name, d in OPS.items():
+        assert isinstance(d.backward, tuple), name
+        for op in d.backward:
+            assert op in OPS, f"{name} declares the backward op {op!r}, which is not an op"
+            assert op not in declared, f"{op} is declared by both {declared[op]} and {name}"
+            assert d.differentiable and d.impl("vjp") is not None, name
+            declared[op] = name
+    # the VJP rules take the backward op's name from the record: every hand-written one
+    # is declared where the op whose gradient it is is defined
+    assert set(declared) == {n for n, d in OPS.items()
+                             if d.family in ("norm_grad", "activation_grad", "attention_grad")}
 
 
 def test_cse_merges_only_what_the_record_says_is_pure_and_region_free():

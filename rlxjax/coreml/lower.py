@@ -8,8 +8,7 @@ host side (api.py, rlxjax/calling.py) converts them back using ``IOSpec`` (rlxja
 """
 from __future__ import annotations
 
-from collections import Counter
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
@@ -54,16 +53,35 @@ _JAX_NAMES = JAX_NAMES  # RLX op -> the JAX primitive errors name (rlxjax/errors
 
 
 class LowerContext:
-    def __init__(self, builder: MilBuilder, target: Target, precision: str):
+    """What a lowering rule gets besides its node: the builder, the target, the precision,
+    and whole-graph facts through :meth:`analysis`. It knows no op: what a rule needs to
+    know about the rest of the graph, the rule computes itself."""
+
+    def __init__(self, builder: MilBuilder, target: Target, precision: str,
+                 graph: Optional[Graph] = None, keep_weight_layout: bool = False):
         self.b = builder
         self.target = target
         self.precision = precision
         self.flex = None  # a program with flexible inputs: symbolic.FlexDims
-        #: ids of the values a norm backward op computing dx recomputes statistics of
-        #: (rules/norm.py: their forward stays written out, so MIL CSE shares them)
-        self.norm_grad_inputs: frozenset = frozenset()
-        #: ids of constants read once (rules/linear.py may store such a kernel transposed)
-        self.sole_read_consts: frozenset = frozenset()
+        #: the graph being lowered (its regions included), which analyses read; nodes
+        #: lowered one by one without it (tools/primitive_table.py) see an empty graph, so
+        #: no rule counts on a fact about the rest of the graph there
+        self.graph = graph if graph is not None else Graph()
+        #: constants keep the layout they have: no rule stores a derived constant in place
+        #: of one (a weight shared with another function of a multifunction package)
+        self.keep_weight_layout = keep_weight_layout
+        self._analyses: dict = {}
+
+    def analysis(self, fn):
+        """``fn(ctx)``, computed the first time a rule asks and kept for the rest of this
+        lowering (the graph does not change while it is lowered): a whole-graph fact a rule
+        needs, such as which values another node reads (rules/norm.py, rules/linear.py).
+        ``fn`` lives with the rule that asks and is its own key: a module-level function."""
+        try:
+            return self._analyses[fn]
+        except KeyError:
+            value = self._analyses[fn] = fn(self)
+            return value
 
     def dt(self, d: DType) -> DType:
         """The MIL dtype the program computes values of RLX dtype ``d`` in."""
@@ -127,36 +145,6 @@ def _check_static(graph: Graph) -> None:
                                         "Core ML lowering needs static shapes.")
 
 
-def _norm_grad_inputs(graph: Graph) -> frozenset:
-    ids, stack = set(), [graph]
-    while stack:
-        g = stack.pop()
-        for n in g.nodes:
-            if n.op in ("layer_norm_grad", "ada_layer_norm_grad") and \
-                    "dx" in n.params["outputs"]:  # without dx only x̂ is needed: native
-                ids.add(n.inputs[0].id)
-            for r in n.regions.values():  # a graph, or a list of them (cond's branches)
-                stack.extend(r if isinstance(r, (list, tuple)) else [r])
-    return frozenset(ids)
-
-
-def _sole_read_consts(graph: Graph) -> frozenset:
-    """Ids of the constants one node reads once (and no graph output): a rule may replace
-    such a weight by a derived constant (linear's transposed kernel) without storing both."""
-    reads, consts, stack = Counter(v.id for _, v in graph.outputs), set(), [graph]
-    while stack:
-        g = stack.pop()
-        for n in g.nodes:
-            reads.update(v.id for v in n.inputs)
-            if n.op == "constant":
-                consts.update(v.id for v in n.outputs)
-            for r in n.regions.values():  # a graph, or a list of them (cond's branches)
-                for sub in (r if isinstance(r, (list, tuple)) else [r]):
-                    stack.append(sub)
-                    reads.update(v.id for _, v in sub.outputs)
-    return frozenset(c for c in consts if reads[c] == 1)
-
-
 def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
                 states=None, keep_weight_layout: bool = False):
     """Lower ``graph``; weights go to ``weights_dir``/weight.bin. Returns (model, inputs, outputs).
@@ -164,18 +152,17 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     ``states`` maps the names of graph inputs that are Core ML states (fp16, iOS18) to the
     graph output written back into each at the end of a call (coreml/states.py), or to
     None for a state the function reads only; those are neither function inputs nor
-    outputs in the returned specs."""
+    outputs in the returned specs. ``keep_weight_layout``: every constant is stored in the
+    layout it has (``LowerContext.keep_weight_layout``)."""
     if precision not in PRECISIONS:
         raise RlxError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     verify(graph)
     import os
 
     b = MilBuilder(lambda: blob_writer(os.path.join(weights_dir, "weight.bin")))
-    ctx = LowerContext(b, target, precision)
+    ctx = LowerContext(b, target, precision, graph, keep_weight_layout)
     if not all(v.type.is_static for _, v in graph.inputs):  # flexible inputs
         ctx.flex = FlexDims(b)
-    ctx.norm_grad_inputs = _norm_grad_inputs(graph)
-    ctx.sole_read_consts = frozenset() if keep_weight_layout else _sole_read_consts(graph)
     env = {}
 
     mil_names = _unique([sanitize(n) for n, _ in graph.inputs] +

@@ -3,7 +3,10 @@
 
 A lowering is ``fn(ctx, node, *inputs) -> Var | tuple[Var, ...]``: ``inputs`` are the MIL
 vars of the node's inputs; ``ctx`` (lower.LowerContext) gives the builder ``ctx.b``, the
-target, and ``ctx.out_type(node, i)`` — the node's output type under the chosen precision.
+target, ``ctx.out_type(node, i)`` — the node's output type under the chosen precision —
+and ``ctx.analysis(fn)``: a fact about the whole graph being lowered (``ctx.graph``) that
+the rule's own module computes, once per lowering (rules/norm.py ``stats_recomputed``,
+rules/linear.py ``sole_read_consts``). The context knows no op.
 
 A lowering claims the deployment targets it works on with ``since`` (the oldest; every
 newer one is claimed too). tests/test_op_records.py lowers a node of every op on every

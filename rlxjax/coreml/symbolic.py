@@ -217,7 +217,7 @@ def _select(ctx, node, pred, on_false, on_true):
     """rules/elementwise.py's select, its first branch tiled to a flexible shape with
     runtime reps where only the predicate carries the full shape."""
     from ..ir import broadcast_shapes
-    from .rules.elementwise import select
+    from .rules.common import select
 
     t = ctx.out_type(node)
     if broadcast_shapes(on_true.shape, on_false.shape) != tuple(t.shape):

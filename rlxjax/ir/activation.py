@@ -26,7 +26,11 @@ PARAMS = {
     "gelu": {"approximate": Param(BOOL)},
     "silu": {},
 }
-GRAD_PARAMS = {f"{k}_grad": v for k, v in PARAMS.items()}
+#: each forward activation's backward op (its record's ``backward``), which its VJP rule
+#: (transforms/vjp/activation.py) emits
+BACKWARD = {"softmax": "softmax_grad", "log_softmax": "log_softmax_grad", "gelu": "gelu_grad",
+            "silu": "silu_grad"}
+GRAD_PARAMS = {BACKWARD[k]: v for k, v in PARAMS.items()}
 
 
 def _float(t, op):
@@ -39,7 +43,7 @@ def _axis(t, p, op):
 
 for _name in ("softmax", "log_softmax"):
 
-    @defop(_name, "activation", 1, params=PARAMS[_name])
+    @defop(_name, "activation", 1, params=PARAMS[_name], backward=(BACKWARD[_name],))
     def _normalised(ts, p, _name=_name):
         (x,) = ts
         _float(x, _name)
@@ -49,7 +53,7 @@ for _name in ("softmax", "log_softmax"):
 
 for _name in ("gelu", "silu"):
 
-    @defop(_name, "activation", 1, params=PARAMS[_name])
+    @defop(_name, "activation", 1, params=PARAMS[_name], backward=(BACKWARD[_name],))
     def _pointwise(ts, p, _name=_name):
         (x,) = ts
         _float(x, _name)

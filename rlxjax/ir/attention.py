@@ -42,7 +42,7 @@ def check_operands(ts, p, op):
     return q, k, v, mask, scores
 
 
-@defop("attention", "attention", None, params=PARAMS)
+@defop("attention", "attention", None, params=PARAMS, backward=("attention_grad",))
 def _attention(ts, p):
     q, k, v, _, _ = check_operands(ts, p, "attention")
     return [q.with_shape(tuple(q.shape[:-1]) + (v.shape[-1],))]

@@ -1,7 +1,9 @@
 """The norm family of RLX ops (forward): type inference.
 
 Optional affine operands are listed in the inputs only when present; ``has_gamma`` and
-``has_beta`` say which are there, so inputs are ``[x, gamma?, beta?, ...]``.
+``has_beta`` say which are there, so inputs are ``[x, gamma?, beta?, ...]``. Each record
+names its backward op (``backward``, defined in rlxjax/ir/norm_grad.py), which its VJP rule
+(transforms/vjp/norm.py) emits.
 """
 from __future__ import annotations
 
@@ -45,9 +47,9 @@ def affine_count(p) -> int:
     return int(p["has_gamma"]) + int(p["has_beta"])
 
 
-for _name in ("layer_norm", "rms_norm"):
+for _name, _backward in (("layer_norm", "layer_norm_grad"), ("rms_norm", "rms_norm_grad")):
 
-    @defop(_name, "norm", None, params=PARAMS[_name])
+    @defop(_name, "norm", None, params=PARAMS[_name], backward=(_backward,))
     def _trailing_norm(ts, p, _name=_name):
         x, g, b, _ = _split_affine(ts, p)
         _float_x(x, _name)
@@ -57,7 +59,7 @@ for _name in ("layer_norm", "rms_norm"):
         return [x]
 
 
-@defop("group_norm", "norm", None, params=PARAMS["group_norm"])
+@defop("group_norm", "norm", None, params=PARAMS["group_norm"], backward=("group_norm_grad",))
 def _group_norm(ts, p):
     x, g, b, _ = _split_affine(ts, p)
     _float_x(x, "group_norm")
@@ -70,7 +72,7 @@ def _group_norm(ts, p):
     return [x]
 
 
-@defop("batch_norm", "norm", None, params=PARAMS["batch_norm"])
+@defop("batch_norm", "norm", None, params=PARAMS["batch_norm"], backward=("batch_norm_grad",))
 def _batch_norm(ts, p):
     x, g, b, (mean, var) = _split_affine(ts, p, 2)
     _float_x(x, "batch_norm")
@@ -80,7 +82,8 @@ def _batch_norm(ts, p):
     return [x]
 
 
-@defop("batch_norm_train", "norm", None, params=PARAMS["batch_norm_train"])
+@defop("batch_norm_train", "norm", None, params=PARAMS["batch_norm_train"],
+       backward=("batch_norm_train_grad",))
 def _batch_norm_train(ts, p):
     x, g, b, (rmean, rvar) = _split_affine(ts, p, 2)
     _float_x(x, "batch_norm_train")
@@ -91,7 +94,8 @@ def _batch_norm_train(ts, p):
     return [x, rmean, rvar]
 
 
-@defop("layer_norm2d", "norm", None, params=PARAMS["layer_norm2d"])
+@defop("layer_norm2d", "norm", None, params=PARAMS["layer_norm2d"],
+       backward=("layer_norm2d_grad",))
 def _layer_norm2d(ts, p):
     x, g, b, _ = _split_affine(ts, p)
     _float_x(x, "layer_norm2d")
@@ -101,7 +105,8 @@ def _layer_norm2d(ts, p):
     return [x]
 
 
-@defop("ada_layer_norm", "norm", 3, params=PARAMS["ada_layer_norm"])
+@defop("ada_layer_norm", "norm", 3, params=PARAMS["ada_layer_norm"],
+       backward=("ada_layer_norm_grad",))
 def _ada_layer_norm(ts, p):
     x, scale, shift = ts
     _float_x(x, "ada_layer_norm")
@@ -113,7 +118,8 @@ def _ada_layer_norm(ts, p):
     return [x]
 
 
-@defop("gated_residual", "norm", 3, params=PARAMS["gated_residual"])
+@defop("gated_residual", "norm", 3, params=PARAMS["gated_residual"],
+       backward=("gated_residual_grad",))
 def _gated_residual(ts, p):
     x, y, gate = ts
     _require(x == y, f"gated_residual: x {x} and y {y} differ")

@@ -2,10 +2,12 @@
 
 A record holds what every layer needs to know about an op: its family, a declarative
 parameter schema (``Param``), its effects (pure / state / random), whether it is
-differentiable, its regions (``Node.regions``), and type inference. The layers (frontend,
-grad transform, constant folding, Core ML lowering) keep their family modules and register
-their part into the record with ``register_impl(layer, *ops)``; ``OpDef.impl(layer)``
-reads it back. One test (tests/test_op_records.py) checks the records are complete.
+differentiable, its regions (``Node.regions``), the backward op(s) its VJP rule emits
+(``backward``: a fused op's hand-written backward, named where the op is), and type
+inference. The layers (frontend, grad transform, constant folding, Core ML lowering) keep
+their family modules and register their part into the record with
+``register_impl(layer, *ops)``; ``OpDef.impl(layer)`` reads it back. One test
+(tests/test_op_records.py) checks the records are complete.
 
 Families (``FAMILIES``; the same names are used in every layer): constant, elementwise,
 reduction, shape, linear (defined here), and norm, norm_grad, pool, conv, indexing, random,
@@ -53,6 +55,9 @@ class OpDef:
     effect: str = "pure"
     differentiable: bool = True  # False: no cotangent flows through it (zero derivative)
     regions: Tuple[str, ...] = ()  # names of the node's regions (Node.regions)
+    #: the ops this op's VJP rule emits as its hand-written backward (the rule reads the
+    #: names here, so that a backward op's name leads to the op whose gradient it is)
+    backward: Tuple[str, ...] = ()
     impls: Dict[str, Callable] = field(default_factory=dict, compare=False, hash=False)
     #: ``params -> None | message``, compiled from ``params`` (schema.compile_schema)
     check_params: Callable = field(default=None, compare=False, hash=False, repr=False)
@@ -73,10 +78,12 @@ OPS: Dict[str, OpDef] = {}
 
 
 def defop(name: str, family: str, arity: Optional[int], *, params: Mapping[str, Param],
-          effect: str = "pure", differentiable: bool = True, regions: Sequence[str] = ()):
+          effect: str = "pure", differentiable: bool = True, regions: Sequence[str] = (),
+          backward: Sequence[str] = ()):
     """Decorator: define RLX op ``name`` with ``fn`` as its type inference. ``params`` is
     its parameter schema (``{}`` for none); ``regions`` names the node's regions
-    (``Node.regions``, never params)."""
+    (``Node.regions``, never params); ``backward`` the backward ops its VJP rule emits
+    (``OpDef.backward``; tests/test_op_records.py checks each is an op)."""
     if effect not in EFFECTS:
         raise ValueError(f"op {name}: effect {effect!r} is not one of {EFFECTS}")
     if family not in FAMILIES:
@@ -90,7 +97,7 @@ def defop(name: str, family: str, arity: Optional[int], *, params: Mapping[str, 
         if name in OPS:
             raise ValueError(f"op {name} defined twice")
         OPS[name] = OpDef(name, family, fn, arity, dict(params), effect, differentiable,
-                          tuple(regions))
+                          tuple(regions), tuple(backward))
         return fn
 
     return register

@@ -70,8 +70,8 @@ def _computed_sites():
 #: forwarding helpers whose type argument is their caller's (callers are scanned)
 FORWARDERS = {("builder.py", "op"), ("builder.py", "op_with_blocks"),
               ("builder.py", "constexpr"),
-              ("rules/elementwise.py", "unary"), ("rules/elementwise.py", "binary"),
-              ("rules/elementwise.py", "compare"), ("rules/bitwise.py", "unary"),
+              ("rules/common.py", "unary"), ("rules/common.py", "binary"),
+              ("rules/common.py", "compare"), ("rules/bitwise.py", "unary"),
               ("rules/bitwise.py", "binary"), ("rules/bitwise.py", "compare")}
 
 

@@ -19,8 +19,7 @@ import numpy as np
 
 from ...ir import DType, TensorType
 from ..registry import lowering
-from .common import scalar_like
-from .elementwise import Ew
+from .common import Ew, scalar_like
 
 
 def _reduce_keep(b, op, x, axis):

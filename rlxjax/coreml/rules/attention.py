@@ -16,8 +16,7 @@ import numpy as np
 
 from ...ir import TensorType
 from ..registry import lowering
-from .common import scalar_like
-from .elementwise import Ew
+from .common import Ew, scalar_like
 from .norm_grad import sum_to
 
 

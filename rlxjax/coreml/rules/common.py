@@ -1,5 +1,7 @@
 """Helpers shared by the Core ML lowering rules. Each takes the MIL builder ``b`` (or
 only a value) and emits a small, exact MIL pattern; no lowering is registered here.
+:class:`Ew` is the shorthand every rule family uses for elementwise MIL ops;
+:func:`graphs` is what a rule's whole-graph analysis (``ctx.analysis``) walks.
 
 Two paddings, for two contracts:
 
@@ -12,7 +14,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import DType, TensorType
+from ...ir import DType, TensorType, broadcast_shapes
+from ..builder import FILL_CONST_MAX
+
+
+def graphs(root):
+    """``root`` and every region graph nested in it, at any depth: what a rule's analysis
+    of the graph being lowered (``LowerContext.analysis``) reads."""
+    stack = [root]
+    while stack:
+        g = stack.pop()
+        yield g
+        for n in g.nodes:
+            if n.regions:  # a graph, or a tuple of them (cond's branches)
+                stack.extend(n.subgraphs())
 
 
 def scalar_like(x, value) -> np.ndarray:
@@ -41,6 +56,51 @@ def transpose(b, x, perm):
         return b.const(np.ascontiguousarray(np.transpose(known, perm)))
     return b.op("transpose", TensorType(tuple(x.shape[i] for i in perm), x.dtype), x=x,
                 perm=np.asarray(perm, np.int32))
+
+
+def _shape(v):
+    return tuple(v.shape) if hasattr(v, "shape") else ()
+
+
+def _first_var_dtype(*vs):
+    return next(v.dtype for v in vs if not isinstance(v, np.ndarray))
+
+
+class Ew:
+    """Shorthand for elementwise MIL ops; output shapes follow numpy broadcasting."""
+
+    def __init__(self, b):
+        self.b = b
+
+    def unary(self, op, x, **kw):
+        return self.b.op(op, TensorType(x.shape, x.dtype), x=x, **kw)
+
+    def binary(self, op, x, y, dtype=None):
+        t = TensorType(broadcast_shapes(_shape(x), _shape(y)), dtype or _first_var_dtype(x, y))
+        return self.b.op(op, t, x=x, y=y)
+
+    def compare(self, op, x, y):
+        return self.binary(op, x, y, DType.bool)
+
+    def select(self, cond, a, b):
+        t = TensorType(broadcast_shapes(_shape(cond), _shape(a), _shape(b)),
+                       _first_var_dtype(a, b))
+        return select(self.b, t, cond, a, b)
+
+
+def select(b, t, cond, x, y):
+    """MIL select. coremltools infers the result's shape from the two branches alone, so
+    when only ``cond`` carries the full shape, the first branch is tiled to it first."""
+    if broadcast_shapes(_shape(x), _shape(y)) != tuple(t.shape):
+        xv = b.const(x) if isinstance(x, np.ndarray) else x
+        full = (1,) * (t.rank - xv.type.rank) + tuple(xv.shape)
+        reps = [d // s for d, s in zip(t.shape, full)]
+        known = b.known(xv)
+        if known is not None and t.size <= max(FILL_CONST_MAX, known.size):
+            x = b.const(np.tile(np.reshape(known, full), reps))  # a small constant
+        else:
+            x = b.op("tile", t, x=reshape(b, xv, full), reps=np.asarray(reps, np.int32))
+    return b.op("select", t, cond=cond, a=x, b=y)
 
 
 def slice_axis(b, x, axis, start, stop):

@@ -21,8 +21,7 @@ from ...ir import DType
 from ..builder import cast_name
 from ..registry import lowering
 from ..smallint import in_range
-from .common import scalar_like
-from .elementwise import Ew
+from .common import Ew, scalar_like
 
 _INT_RANGE = {DType.i32: (-2 ** 31, 2 ** 31 - 1), DType.i8: (-128, 127), DType.u8: (0, 255)}
 

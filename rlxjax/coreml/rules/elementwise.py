@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import DType, TensorType, broadcast_shapes
-from ..builder import FILL_CONST_MAX
+from ...ir import DType
 from ..registry import lowering
 from ..smallint import SMALL, wrap
 from .bitwise import int_logical, int_not
-from .common import reshape, scalar_like
+from .common import Ew, scalar_like, select
 
 _DIRECT_UNARY = {
     "exp": "exp", "exp2": "exp2", "tanh": "tanh", "sqrt": "sqrt", "erf": "erf", "sin": "sin",
@@ -22,55 +21,6 @@ _DIRECT_BINARY = {
 }
 _COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 _LOGICAL = {"and": "logical_and", "or": "logical_or", "xor": "logical_xor"}
-
-
-def _like(x, dtype=None):
-    return TensorType(x.shape, dtype or x.dtype)
-
-
-def _shape(v):
-    return tuple(v.shape) if hasattr(v, "shape") else ()
-
-
-def _first_var_dtype(*vs):
-    return next(v.dtype for v in vs if not isinstance(v, np.ndarray))
-
-
-class Ew:
-    """Shorthand for elementwise MIL ops; output shapes follow numpy broadcasting."""
-
-    def __init__(self, b):
-        self.b = b
-
-    def unary(self, op, x, **kw):
-        return self.b.op(op, _like(x), x=x, **kw)
-
-    def binary(self, op, x, y, dtype=None):
-        t = TensorType(broadcast_shapes(_shape(x), _shape(y)), dtype or _first_var_dtype(x, y))
-        return self.b.op(op, t, x=x, y=y)
-
-    def compare(self, op, x, y):
-        return self.binary(op, x, y, DType.bool)
-
-    def select(self, cond, a, b):
-        t = TensorType(broadcast_shapes(_shape(cond), _shape(a), _shape(b)),
-                       _first_var_dtype(a, b))
-        return select(self.b, t, cond, a, b)
-
-
-def select(b, t, cond, x, y):
-    """MIL select. coremltools infers the result's shape from the two branches alone, so
-    when only ``cond`` carries the full shape, the first branch is tiled to it first."""
-    if broadcast_shapes(_shape(x), _shape(y)) != tuple(t.shape):
-        xv = b.const(x) if isinstance(x, np.ndarray) else x
-        full = (1,) * (t.rank - xv.type.rank) + tuple(xv.shape)
-        reps = [d // s for d, s in zip(t.shape, full)]
-        known = b.known(xv)
-        if known is not None and t.size <= max(FILL_CONST_MAX, known.size):
-            x = b.const(np.tile(np.reshape(known, full), reps))  # a small constant
-        else:
-            x = b.op("tile", t, x=reshape(b, xv, full), reps=np.asarray(reps, np.int32))
-    return b.op("select", t, cond=cond, a=x, b=y)
 
 
 for _rlx, _mil in _DIRECT_UNARY.items():
@@ -98,8 +48,8 @@ def _compare(ctx, node, x, y):
     if node.op in ("eq", "ne"):
         ne = ctx.b.op("logical_xor", t, x=x, y=y)
         return ne if node.op == "ne" else ctx.b.op("logical_not", t, x=ne)
-    xi = ctx.b.op("cast", _like(x, DType.i32), x=x, dtype="int32")
-    yi = ctx.b.op("cast", _like(y, DType.i32), x=y, dtype="int32")
+    xi = ctx.b.op("cast", x.type.with_dtype(DType.i32), x=x, dtype="int32")
+    yi = ctx.b.op("cast", y.type.with_dtype(DType.i32), x=y, dtype="int32")
     return ctx.b.op(mil, t, x=xi, y=yi)
 
 

@@ -24,8 +24,7 @@ import numpy as np
 
 from ...ir import DType, TensorType
 from ..registry import lowering
-from .common import reshape, transpose
-from .elementwise import Ew
+from .common import Ew, reshape, transpose
 
 I32 = TensorType((), DType.i32)
 BOOL = TensorType((), DType.bool)

@@ -20,8 +20,7 @@ from ...ir import DType, TensorType
 from ...ir.linalg import MAX_SWEEPS, round_robin
 from ..builder import cast_name
 from ..registry import lowering
-from .common import reshape, slice_axis
-from .elementwise import Ew
+from .common import Ew, reshape, slice_axis
 from .linalg import I32, BOOL, take_at, column_loop, swap_last
 
 def _gather_cols(b, x, idx, n):

@@ -13,11 +13,13 @@ Dense kernel ``[K, N]`` transposed at compile time, exact), and a following cons
 add is fused into it on the protobuf (coreml/mil_linear_bias.py)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from ...ir import TensorType
 from ..registry import lowering
-from .common import reshape, transpose
+from .common import graphs, reshape, transpose
 
 
 def _operand(b, x, batch, free, contract, free_first):
@@ -94,11 +96,29 @@ def native_linear(b, a, w, lc, rc, lb, out_type, may_transpose):
     return b.op("linear", out_type, x=a, weight=b.const(weight, derived=weight is not known))
 
 
+def sole_read_consts(ctx) -> frozenset:
+    """An analysis (``ctx.analysis``): ids of the constants one node reads once (and no
+    graph output), which a rule may replace by a derived constant (linear's transposed
+    kernel) without storing both; none with ``ctx.keep_weight_layout``."""
+    if ctx.keep_weight_layout:
+        return frozenset()
+    root = ctx.graph
+    reads, consts = Counter(v.id for _, v in root.outputs), set()
+    for g in graphs(root):
+        if g is not root:
+            reads.update(v.id for _, v in g.outputs)  # a region's outputs are reads too
+        for n in g.nodes:
+            reads.update(v.id for v in n.inputs)
+            if n.op == "constant":
+                consts.update(v.id for v in n.outputs)
+    return frozenset(c for c in consts if reads[c] == 1)
+
+
 @lowering("dot_general")
 def _dot_general(ctx, node, a, b):
     (lc, rc), (lb, rb) = node.params["contract"], node.params["batch"]
     lin = native_linear(ctx.b, a, b, lc, rc, lb, ctx.out_type(node),
-                        node.inputs[1].id in ctx.sole_read_consts)
+                        node.inputs[1].id in ctx.analysis(sole_read_consts))
     if lin is not None:
         return lin
     lf = [d for d in range(a.type.rank) if d not in lc and d not in lb]

@@ -15,7 +15,7 @@ from typing import Callable, List, Sequence
 import numpy as np
 
 from ...ir import DType, TensorType
-from .elementwise import Ew
+from .common import Ew
 
 
 class Fx:

@@ -26,8 +26,7 @@ import numpy as np
 
 from ...ir import DType, TensorType
 from ..registry import lowering
-from .elementwise import Ew
-from .common import reshape, scalar_like
+from .common import Ew, graphs, reshape, scalar_like
 
 
 def reduce_mean(b, x, axes):
@@ -118,13 +117,26 @@ def affine(b, y, gamma, beta):
     return y
 
 
+#: the backward ops whose lowering (rules/norm_grad.py) recomputes the statistics of a
+#: layer norm that could be MIL's ``layer_norm`` when it computes dx
+RECOMPUTE_STATS = ("layer_norm_grad", "ada_layer_norm_grad")
+
+
+def stats_recomputed(ctx) -> frozenset:
+    """An analysis (``ctx.analysis``): ids of the values a backward op computing dx
+    recomputes layer-norm statistics of. Without dx only x̂ is needed: native."""
+    return frozenset(n.inputs[0].id for g in graphs(ctx.graph) for n in g.nodes
+                     if n.op in RECOMPUTE_STATS and "dx" in n.params["outputs"])
+
+
 def uses_native(ctx, node, x):
     """Whether the layer norm of ``node`` (forward or backward; x its first input, lowered
     to ``x``) is MIL's ``layer_norm``: in fp32, unless a backward op computing dx
-    recomputes the statistics of the same x (``ctx.norm_grad_inputs``). A backward that
-    needs no dx (x is data, not differentiated) uses only x̂ = ``layer_norm(x)``, which
-    MIL CSE then shares with the forward's."""
-    return x.dtype == DType.f32 and node.inputs[0].id not in ctx.norm_grad_inputs
+    recomputes the statistics of the same x (:func:`stats_recomputed`): written out, the
+    forward's statistics are shared with it by MIL CSE. A backward that needs no dx (x is
+    data, not differentiated) uses only x̂ = ``layer_norm(x)``, which MIL CSE then shares
+    with the forward's."""
+    return x.dtype == DType.f32 and node.inputs[0].id not in ctx.analysis(stats_recomputed)
 
 
 @lowering("layer_norm")

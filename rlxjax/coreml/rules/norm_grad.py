@@ -25,10 +25,9 @@ import numpy as np
 
 from ...ir import TensorType
 from ..registry import lowering
-from .elementwise import Ew
+from .common import Ew, reshape, scalar_like
 from .norm import along, group_layout, inv_std, moments, native_layer_norm, reduce_mean, \
     uses_native
-from .common import reshape, scalar_like
 
 
 # -- shared maths ----------------------------------------------------------------------

@@ -24,8 +24,7 @@ import numpy as np
 from ...ir import DType, Dyn, TensorType
 from ...ir.pool import window_out_shape
 from ..registry import lowering
-from .elementwise import Ew
-from .common import lax_pad, pad_edges, reshape, slice_axis
+from .common import Ew, lax_pad, pad_edges, reshape, slice_axis
 
 _COMBINE = {"reduce_window_max": "maximum", "reduce_window_min": "minimum",
             "reduce_window_sum": "add"}

@@ -98,7 +98,7 @@ def _lax_pad_mask(shape, cfg):
 @lowering("pad")
 def _pad(ctx, node, x, value_var):
     from ...ir import constant_value
-    from .elementwise import select
+    from .common import select
 
     value = constant_value(node.inputs[1])
     if value is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import lowering
-from .elementwise import Ew
+from .common import Ew
 
 # f(x) on [1, 3] as a polynomial in (x - 2), highest degree first.
 _ERFC_A = (-8.9861497851032659e-06, 2.9367471408893778e-05, -7.1136734477332094e-05,

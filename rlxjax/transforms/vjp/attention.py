@@ -1,9 +1,9 @@
-"""VJP rule: fused attention emits attention_grad (rlxjax/ir/attention.py), asking only for
-the gradients ``needs`` wants; the probabilities are recomputed there from q, k and the
-mask."""
+"""VJP rule: fused attention emits its record's backward op, attention_grad
+(rlxjax/ir/attention.py), asking only for the gradients ``needs`` wants; the probabilities
+are recomputed there from q, k and the mask."""
 from __future__ import annotations
 
-from .norm import emit
+from .helpers import backward_op, emit
 from .registry import refuse_vjp, vjp_rule
 
 
@@ -11,7 +11,7 @@ from .registry import refuse_vjp, vjp_rule
 def _attention(ctx, node, cts, needs):
     (ct,), p = cts, node.params
     roles = ["dq", "dk", "dv"] + (["dmask"] if p["has_mask"] else [])
-    return emit(ctx, "attention_grad", [*node.inputs, ct], roles, needs,
+    return emit(ctx, backward_op(node), [*node.inputs, ct], roles, needs,
                 scale=p["scale"], has_mask=p["has_mask"])
 
 

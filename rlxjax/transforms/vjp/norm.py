@@ -1,13 +1,12 @@
 """VJP rules: the norm family. Each forward norm emits its own backward op (norm_grad
-family, rlxjax/ir/norm_grad.py) asking, through ``outputs``, only for the gradients that
-``needs`` wants. The running-statistics outputs of batch_norm_train are the exception:
-their cotangents go through standard ops here (rarely present: a loss seldom reads them).
+family, rlxjax/ir/norm_grad.py; named by the forward's record, ``backward`` in
+rlxjax/ir/norm.py) asking, through ``outputs``, only for the gradients that ``needs``
+wants. The running-statistics outputs of batch_norm_train are the exception: their
+cotangents go through standard ops here (rarely present: a loss seldom reads them).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
-
-from ...ir import Value
+from .helpers import backward_op, emit
 from .registry import refuse_vjp, vjp_rule
 
 _KEEP = ("axis", "eps", "num_groups", "channel_axis", "has_gamma", "kind")
@@ -16,19 +15,6 @@ _KEEP = ("axis", "eps", "num_groups", "channel_axis", "has_gamma", "kind")
 def _grad_params(node):
     """The forward params the backward op takes (beta and momentum play no part)."""
     return {k: v for k, v in node.params.items() if k in _KEEP}
-
-
-def emit(ctx, op, inputs, roles: Sequence[Optional[str]], needs, **params):
-    """Add ``op`` producing the gradient named ``roles[i]`` for each forward input i that
-    ``needs`` (roles are listed in the op's canonical output order); -> one entry per input."""
-    res: List[Optional[Value]] = [None] * len(roles)
-    wanted = [(i, r) for i, r in enumerate(roles) if r is not None and needs[i]]
-    if not wanted:
-        return res
-    outs = ctx.add_multi(op, inputs, outputs=tuple(r for _, r in wanted), **params)
-    for (i, _), v in zip(wanted, outs):
-        res[i] = v
-    return res
 
 
 def _affine_roles(p, n_stats=0, stats=()):
@@ -43,14 +29,14 @@ def _gamma(node):
 @vjp_rule("layer_norm", "rms_norm", "group_norm", "layer_norm2d")
 def _affine_norm(ctx, node, cts, needs):
     (ct,), x = cts, node.inputs[0]
-    return emit(ctx, node.op + "_grad", [x, *_gamma(node), ct], _affine_roles(node.params),
+    return emit(ctx, backward_op(node), [x, *_gamma(node), ct], _affine_roles(node.params),
                 needs, **_grad_params(node))
 
 
 @vjp_rule("batch_norm")
 def _batch_norm(ctx, node, cts, needs):
     (ct,), x, (mean, var) = cts, node.inputs[0], node.inputs[-2:]
-    return emit(ctx, "batch_norm_grad", [x, *_gamma(node), mean, var, ct],
+    return emit(ctx, backward_op(node), [x, *_gamma(node), mean, var, ct],
                 _affine_roles(node.params, stats=("dmean", "dvar")), needs,
                 **_grad_params(node))
 
@@ -60,7 +46,7 @@ def _batch_norm_train(ctx, node, cts, needs):
     ct, ct_mean, ct_var = cts
     x, n = node.inputs[0], len(node.inputs)
     if ct is not None:
-        res = emit(ctx, "batch_norm_train_grad", [x, *_gamma(node), ct],
+        res = emit(ctx, backward_op(node), [x, *_gamma(node), ct],
                    _affine_roles(node.params, n_stats=2), needs, **_grad_params(node))
     else:
         res = [None] * n
@@ -106,14 +92,14 @@ def _running_stats_dx(ctx, x, axis, w, ct_mean, ct_var):
 @vjp_rule("ada_layer_norm")
 def _ada_layer_norm(ctx, node, cts, needs):
     (ct,), (x, scale, shift) = cts, node.inputs
-    return emit(ctx, "ada_layer_norm_grad", [x, scale, ct], ["dx", "dscale", "dshift"], needs,
+    return emit(ctx, backward_op(node), [x, scale, ct], ["dx", "dscale", "dshift"], needs,
                 kind=node.params["kind"], eps=node.params["eps"], shift_shape=tuple(shift.shape))
 
 
 @vjp_rule("gated_residual")
 def _gated_residual(ctx, node, cts, needs):
     (ct,), (_, y, gate) = cts, node.inputs
-    res = emit(ctx, "gated_residual_grad", [y, gate, ct], [None, "dy", "dgate"], needs)
+    res = emit(ctx, backward_op(node), [y, gate, ct], [None, "dy", "dgate"], needs)
     res[0] = ct if needs[0] else None
     return res
 
