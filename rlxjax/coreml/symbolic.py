@@ -29,10 +29,6 @@ _ARITH = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floor_div", "mo
           "max": "maximum", "min": "minimum"}
 
 
-def is_flexible(t: TensorType) -> bool:
-    return not t.is_static
-
-
 class FlexDims:
     """The runtime values of a program's symbols, as MIL int32[1] vars."""
 

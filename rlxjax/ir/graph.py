@@ -267,12 +267,6 @@ class Graph:
         self.outputs.append((name, value))
 
     # -- queries -------------------------------------------------------------------
-    def input_values(self) -> List[Value]:
-        return [v for _, v in self.inputs]
-
-    def output_values(self) -> List[Value]:
-        return [v for _, v in self.outputs]
-
     def iter_nodes(self, op: Optional[str] = None) -> Iterator[Node]:
         return (n for n in self.nodes if op is None or n.op == op)
 

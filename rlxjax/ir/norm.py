@@ -41,10 +41,6 @@ def _float_x(x, op):
     _require(x.dtype.is_float, f"{op} needs a float input, got {x}")
 
 
-def affine_count(p) -> int:
-    return int(p["has_gamma"]) + int(p["has_beta"])
-
-
 for _name in ("layer_norm", "rms_norm"):
 
     @defop(_name, "norm", None, params=PARAMS[_name])
