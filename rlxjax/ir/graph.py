@@ -20,7 +20,6 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
-from .builder import Builder
 from .ops import OPS, infer_types
 from .printer import format_graph, format_params
 from .types import DType, Dyn, TensorType, Typed, dtype_from_numpy
@@ -255,13 +254,6 @@ class Graph:
             node.typed = (op, params, in_types, out_types)
         self.nodes.append(node)
         return node
-
-    def add(self, op: str, *inputs: Value, source: Optional[str] = None, **params) -> Value:
-        """Add a single-output node and return its value (a ``Builder`` shortcut)."""
-        return Builder(self, source).add(op, *inputs, **params)
-
-    def constant(self, value, dtype=None, source: Optional[str] = None) -> Value:
-        return Builder(self, source).constant(value, dtype)
 
     def add_output(self, name: str, value: Value) -> None:
         self.outputs.append((name, value))
