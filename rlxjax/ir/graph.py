@@ -22,7 +22,7 @@ import numpy as np
 
 from .ops import OPS, infer_types
 from .printer import format_graph, format_params
-from .types import DType, Dyn, TensorType, Typed, dtype_from_numpy
+from .types import DType, Dyn, TensorType, Typed
 
 #: Leaf values a parameter may hold (besides arrays and tuples of these).
 _PLAIN = (type(None), bool, int, float, str, DType, Dyn)
