@@ -16,7 +16,7 @@ builder), so this backend is an independent check on what rlxjax emits. It stays
   later value's dtype and shape, so each op is checked on its first execution; with unknown
   input dims, on every execution.
 
-Speed is not this module's business: ``accelerated.py`` (backend ``"reference-fast"``) runs the
+Speed is not this module's business: ``accelerated/`` (backend ``"reference-fast"``) runs the
 same loaded program through prepared numpy calls and generated straight-line code, and the
 test suite requires bit-identical results from both (tests/runtime/test_accelerated_equivalence.py).
 """
