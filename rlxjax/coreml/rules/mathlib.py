@@ -1,4 +1,4 @@
-"""Building blocks for the special-function lowerings (special_*.py): float arithmetic
+"""Building blocks for the special-function lowerings (special/): float arithmetic
 on MIL vars that reads like the formula, exact helpers (log1p, the sign of a zero), and a
 ``while_loop`` over elementwise state. No lowering is registered here.
 

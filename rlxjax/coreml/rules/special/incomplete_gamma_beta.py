@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from ...ir import DType
-from ..registry import lowering
-from .common import reshape
-from .mathlib import any_true, broadcast_all, max_of, upcast, while_loop
-from .special_gamma import digamma, lgamma
+from ....ir import DType
+from ...registry import lowering
+from ..common import reshape
+from ..mathlib import any_true, broadcast_all, max_of, upcast, while_loop
+from .gamma import digamma, lgamma
 
 _EPS = float(np.finfo(np.float32).eps)
 _LOG_MAX = math.log(float(np.finfo(np.float32).max))

@@ -25,8 +25,8 @@ import math
 
 import numpy as np
 
-from ..registry import lowering
-from .mathlib import upcast
+from ...registry import lowering
+from ..mathlib import upcast
 
 # lgamma(2 + t) / t on [-0.75, 0.5] and lgamma(1 + t) / t on [-0.25, 0.25], highest degree
 # first (tools/fit_gamma.py)
