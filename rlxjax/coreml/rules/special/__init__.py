@@ -7,9 +7,9 @@ modules), most composed from MIL ops, which lack them; importing registers them.
 * ``bessel.py``: the exponentially scaled modified Bessel functions i0e, i1e;
 * ``gamma.py``: lgamma, digamma, and the Hurwitz zeta and polygamma functions;
 * ``incomplete_gamma_beta.py``: the regularized incomplete gamma functions (igamma, igammac,
-  igamma_grad_a) and incomplete beta function (betainc).
-
-They are composed with ../mathlib.py (``Fx``, ``upcast``, ``while_loop``).
+  igamma_grad_a) and incomplete beta function (betainc);
+* ``compose.py``: what they are composed with (``Fx``, ``upcast``, ``while_loop``); no
+  lowering.
 """
 from . import elementary  # noqa: F401
 from . import erf_inv, bessel  # noqa: F401

@@ -1,12 +1,12 @@
 """Lowering: the exponentially scaled modified Bessel functions of orders 0 and 1
 (bessel_i0e, bessel_i1e), composed from MIL ops (MIL has none of them), evaluated in fp32
-(mathlib.upcast) when the program computes in fp16. Accuracies against float64:
+(compose.upcast) when the program computes in fp16. Accuracies against float64:
 docs/numerics.md ("Elementwise math").
 """
 from __future__ import annotations
 
 from ...registry import lowering
-from ..mathlib import upcast
+from .compose import upcast
 
 # Bessel i0e / i1e: Cephes' single-precision Chebyshev expansions (i0f.c, i1f.c), on
 # [0, 8] in x/2 - 2 and on (8, inf) in 32/x - 2 (the latter divided by sqrt(x)).

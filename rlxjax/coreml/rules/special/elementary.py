@@ -13,7 +13,7 @@ import numpy as np
 
 from ....ir import DType
 from ...registry import lowering
-from ..mathlib import Fx
+from .compose import Fx
 
 _NATIVE = {
     "tan": lambda b, t, x: b.op("tan", t, x=x),

@@ -1,5 +1,5 @@
 """Lowering: the inverse error function, composed from MIL ops (MIL has none), evaluated in
-fp32 (mathlib.upcast) when the program computes in fp16. Accuracies against float64:
+fp32 (compose.upcast) when the program computes in fp16. Accuracies against float64:
 docs/numerics.md ("Elementwise math").
 """
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...registry import lowering
-from ..mathlib import upcast
+from .compose import upcast
 
 # erf_inv: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single
 # precision: erfinv(x) = x·p(w), w = -log((1 - x)(1 + x)), p a polynomial in w - 2.5 for
