@@ -220,8 +220,9 @@ def _refuse_rng_state(params) -> None:
                 "new RNG state as aux, docs/errors.md)")
 
 
-#: precision -> TrainStep subclass, for the precisions other modules implement (mixed.py
-#: registers "mixed"; rlxjax.training imports it, so it is there whenever this module is)
+#: precision -> TrainStep subclass, for the precisions other modules implement
+#: (mixed_precision.py registers "mixed"; rlxjax.training imports it, so it is there
+#: whenever this module is)
 PRECISION_STEPS: Dict[str, type] = {}
 
 
@@ -251,13 +252,14 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     one size; see ``coreml_jit`` and docs/flexible.md). Parameters and optimizer state
     stay static.
     ``precision="mixed"``: forward and backward in fp16, parameters and optimizer state in
-    fp32, dynamic loss scaling (``loss_scale=rlxjax.DynamicLossScale(...)``; training/mixed.py).
+    fp32, dynamic loss scaling (``loss_scale=rlxjax.DynamicLossScale(...)``;
+    training/mixed_precision.py).
     """
     if state == "mlstate":
         target = "iOS18" if target is None else target
         require(get_target(target), "iOS18", "state='mlstate' (Core ML states)")
     target = "iOS17" if target is None else target
-    if precision in PRECISION_STEPS:  # "mixed": mixed.py (registered on import)
+    if precision in PRECISION_STEPS:  # "mixed": mixed_precision.py (registered on import)
         if trainable is not None or compress is not None or flexible:
             raise ArgumentError("precision='mixed' does not combine with trainable= / "
                                 "compress= / flexible= (yet): use precision='fp32' for those")
