@@ -21,7 +21,7 @@ from coremltools.proto import FeatureTypes_pb2
 
 from ..errors import DynamicShapeError, RlxError, op_label
 from ..ir import DType, Dyn, TensorType
-from ..ir.symbolic import eval_dim, parse_dim
+from ..ir.flexible import eval_dim, parse_dim
 from .registry import lowering
 
 I32 = DType.i32
