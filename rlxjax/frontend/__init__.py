@@ -11,7 +11,7 @@ import numpy as np
 from ..ir import Graph, TensorType, verify
 from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import nan_sign, random_device, random_inputs, randomness, symbolic, uint32
+from . import flexible, nan_sign, random_device, random_inputs, randomness, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .registry import RULES
@@ -104,7 +104,7 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
     ``random``: None (live randomness is an error), "inputs" (random_inputs.py) or
     "device" (random_device.py).
     """
-    sym_bounds = symbolic.input_dims(dyn_args, names, path_name)  # flexible inputs
+    sym_bounds = flexible.input_dims(dyn_args, names, path_name)  # flexible inputs
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
@@ -131,7 +131,7 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
         except UnsupportedDTypeError as e:
             raise UnsupportedDTypeError(f"argument '{name}': {e}") from None
         if sym_bounds:  # a symbolic input dim carries its bounds (docs/flexible.md)
-            t = t.with_shape(symbolic.input_type_dims(var.aval.shape, sym_bounds))
+            t = t.with_shape(flexible.input_type_dims(var.aval.shape, sym_bounds))
         if is_empty_type(t):
             if leaf is None:
                 raise ZeroSizeError(f"random='inputs': the host value {name} has zero size "
