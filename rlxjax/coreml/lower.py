@@ -25,7 +25,7 @@ from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
 from ..ir.ops import OPS
 from .states import describe_states, state_input, write_state
-from .symbolic import FlexDims, describe_flexible, lower_flexible
+from .flexible import FlexDims, describe_flexible, lower_flexible
 from .targets import INT8_IO, Target
 
 PRECISIONS = ("fp32", "fp16")
@@ -94,7 +94,7 @@ class LowerContext:
         self.b = builder
         self.target = target
         self.precision = precision
-        self.flex = None  # a program with flexible inputs: symbolic.FlexDims
+        self.flex = None  # a program with flexible inputs: flexible.FlexDims
         #: ids of the values a norm backward op computing dx recomputes statistics of
         #: (rules/norm.py: their forward stays written out, so MIL CSE shares them)
         self.norm_grad_inputs: frozenset = frozenset()

@@ -44,7 +44,7 @@ CHECKED_OTHERWISE = {
 def _computed_sites():
     """(module file, enclosing function) -> set of op types that site can emit."""
     from rlxjax.coreml.registry import LOWERINGS
-    from rlxjax.coreml import symbolic
+    from rlxjax.coreml import flexible
     from rlxjax.coreml.rules import elementwise as ew, pool, reduction
 
     def registered(fn):
@@ -61,7 +61,7 @@ def _computed_sites():
         ("rules/reduction.py", "_arg"): {"reduce_" + op for op in registered(reduction._arg)},
         ("rules/pool.py", "_reduce_window"): set(pool._COMBINE.values()),
         ("rules/pool.py", "_choose"): set(pool._SELECT.values()),
-        ("symbolic.py", "arith"): set(symbolic._ARITH.values()),  # flexible dim expressions
+        ("flexible.py", "arith"): set(flexible._ARITH.values()),  # flexible dim expressions
         ("rules/activation.py", "_reduce_keep"): {"reduce_max", "reduce_log_sum_exp",
                                                   "reduce_sum"},
     }

@@ -1,4 +1,4 @@
-"""Lowering of flexible (symbolic) dims: Core ML flexible inputs (docs/flexible.md).
+"""Lowering of flexible dims: Core ML flexible inputs (docs/flexible.md).
 
 A program input whose RLX type has ``Dyn`` dims becomes a MIL function input with unknown
 dims (``Dimension.unknown``) and a model-description feature with a ``shapeRange``
