@@ -25,7 +25,7 @@ from .coreml.mil_cse import mil_cse
 from .coreml.mil_linear_bias import fuse_linear_bias
 from .transforms import pipeline
 from .frontend.rules.random import reject_prng_key
-from .frontend.random_inputs import check_mode as check_random_mode
+from .frontend.random.inputs import check_mode as check_random_mode
 
 #: package metadata key of a random="inputs" program: one row per host-computed input
 RANDOM_METADATA_KEY = "rlxjax.random"

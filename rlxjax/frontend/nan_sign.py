@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import _jax_compat as jc
 from ..errors import ArgumentError
-from .randomness import subjaxprs
+from .random.liveness import subjaxprs
 
 #: package metadata: {input feature name: where its values reach a top_k}, for rlxjax.load
 METADATA_KEY = "rlxjax.nan_sign"
