@@ -159,7 +159,7 @@ def equation_binder(eqn):
 
 def at_source(source_info):
     """A context in which newly bound equations record ``source_info``'s traceback (the
-    user's line), as a re-traced equation does (random_device.py's draws)."""
+    user's line), as a re-traced equation does (frontend/random/device.py's draws)."""
     return _source_info_util.user_context(source_info.traceback)
 
 

@@ -18,7 +18,7 @@ from .program import Program
 from .formats.backends import resolve_backend
 from .signature import IOSpec
 from .transforms import pipeline
-from .frontend.random_inputs import check_mode as check_random_mode
+from .frontend.random.inputs import check_mode as check_random_mode
 
 
 def _without_gc(fn):
@@ -357,7 +357,7 @@ def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = 
     passed (bit for bit JAX's numbers; the package metadata ``rlxjax.random`` names each).
     ``random="device"`` makes every live draw a Core ML random op instead (the same
     distribution, Core ML's numbers, fresh on each call; the key is checked and ignored;
-    frontend/random_device.py).
+    frontend/random/device.py).
 
     ``flexible``: axes whose size may change between calls of one program (Core ML
     flexible inputs, docs/flexible.md): ``{argument name or position: {axis: (lower,

@@ -1,7 +1,7 @@
 """JAX references for ``precision="mixed"`` steps, for tests and bench/mixed_precision.py:
 the fp32 step JAX users run (``fp32_step``), and the mixed-precision algorithm of
-rlxjax/training/mixed.py written independently in plain JAX (``mixed_step``: jnp.float16
-forward/backward through JAX's own autodiff, the loss-scale rule of jmp's
+rlxjax/training/mixed_precision.py written independently in plain JAX (``mixed_step``:
+jnp.float16 forward/backward through JAX's own autodiff, the loss-scale rule of jmp's
 DynamicLossScale), both jitted. Nothing here calls rlxjax."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from rlxjax.training.mixed import DynamicLossScale, MixedState  # (plain containers)
+from rlxjax.training.mixed_precision import DynamicLossScale, MixedState  # (plain containers)
 
 
 def to_f16(tree):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlxjax.ir import DType, Dyn, Graph, TensorType
+from rlxjax.ir.builder import Builder
 from rlxjax.ir.bitwise import BIT_COUNTS, SHIFTS
 from rlxjax.ir.ops import ARITH_BINARY, COMPARE, FLOAT_UNARY, LOGIC_BINARY, NUMERIC_UNARY
 from rlxjax.ir.special import SPECIAL_BINARY, SPECIAL_TERNARY, SPECIAL_UNARY
@@ -128,7 +129,7 @@ SAMPLED = {**_SIMPLE, **_NORMS, **_NORM_GRADS, **_OTHER, **_SPECIAL, **_LINALG, 
 def _region(name, in_types, body):
     g = Graph(name)
     xs = [g.add_input(f"a{i}", t) for i, t in enumerate(in_types)]
-    for i, v in enumerate(body(g, *xs)):
+    for i, v in enumerate(body(Builder(g), *xs)):
         g.add_output(f"r{i}", v)
     return g
 
@@ -137,21 +138,21 @@ def _control(op):
     """(input types, params) of a region op: regions built here."""
     v2 = _t(2)
     if op == "cond":
-        branches = tuple(_region(f"b{k}", [v2], lambda g, x, f=f: [g.add(f, x)])
+        branches = tuple(_region(f"b{k}", [v2], lambda b, x, f=f: [b.add(f, x)])
                          for k, f in enumerate(("neg", "exp")))
         return [_t(dtype=I32), v2], {"branches": branches}
     if op == "while":
-        cond = _region("cond", [v2], lambda g, x: [
-            g.add("lt", g.add("reduce_sum", x, axes=(0,)), g.constant(np.float32(10.0)))])
+        cond = _region("cond", [v2], lambda b, x: [
+            b.add("lt", b.add("reduce_sum", x, axes=(0,)), b.constant(np.float32(10.0)))])
         body = _region("body", [v2],
-                       lambda g, x: [g.add("add", x, g.constant(np.ones(2, np.float32)))])
+                       lambda b, x: [b.add("add", x, b.constant(np.ones(2, np.float32)))])
         return [v2], {"cond": cond, "body": body, "n_cond_consts": 0, "n_body_consts": 0}
     if op == "scan":
-        body = _region("body", [v2, v2], lambda g, c, x: [g.add("add", c, x), g.add("mul", c, x)])
+        body = _region("body", [v2, v2], lambda b, c, x: [b.add("add", c, x), b.add("mul", c, x)])
         return [v2, _t(3, 2)], {"body": body, "length": 3, "reverse": False, "num_consts": 0,
                                 "num_carry": 1}
     if op == "custom_vjp":
-        primal = _region("primal", [v2], lambda g, x: [g.add("mul", x, x)])
+        primal = _region("primal", [v2], lambda b, x: [b.add("mul", x, x)])
         return [v2], {"primal": primal, "rule": 0, "name": "square"}
     raise KeyError(op)
 
@@ -163,13 +164,14 @@ def sample(op: str) -> Graph:
     """A graph computing ``op`` once on its inputs (a constant is added to an input; a
     zero-input op's result is returned beside an input, so every program has one)."""
     g = Graph(f"sample_{op}")
+    b = Builder(g)
     if op == "constant":
         x = g.add_input("x", _t(2, 3))
-        g.add_output("y", g.add("add", x, g.constant(np.ones((2, 3), np.float32))))
+        g.add_output("y", b.add("add", x, b.constant(np.ones((2, 3), np.float32))))
         return g
     if op == "dim_size":  # the runtime size of a flexible input's dim (docs/flexible.md)
         x = g.add_input("x", TensorType((Dyn("b", (1, 8)), 3), DType.f32))
-        g.add_output("y", g.add("dim_size", dim="3*b + 1"))
+        g.add_output("y", b.add("dim_size", dim="3*b + 1"))
         g.add_output("x", x)
         return g
     in_types, params = _control(op) if op in CONTROL else SAMPLED[op]

@@ -79,7 +79,6 @@ def test_at_sets_and_restores_the_source():
     assert [y.node.source, c.node.source, z.node.source, w.node.source] == \
         ["inner.py:2", "inner.py:2", None, "outer.py:1"]
     assert b.scalar(3, like=x).dtype == DType.f32 and b.zeros(x.type).shape == (2,)
-    assert g.constant(np.int32(1), source="here.py:3").node.source == "here.py:3"
 
 
 def test_uint32_constants_are_carried_as_int32_with_their_range():

@@ -22,6 +22,7 @@ from rlxjax.coreml.targets import TARGETS, get_target
 from rlxjax.coreml.validate import validate_model
 from rlxjax.errors import ArgumentError, TargetError
 from rlxjax.ir import DType, Graph, TensorType
+from rlxjax.ir.builder import Builder
 from rlxjax.runtime import make_backend
 
 _CASES = [(s, t) for s in SCHEMES for t in TARGETS
@@ -30,9 +31,10 @@ _CASES = [(s, t) for s in SCHEMES for t in TARGETS
 
 def _weight_graph(c, shape):
     g = Graph()
+    b = Builder(g)
     x = g.add_input("x", TensorType(shape, DType.f32))
     w = g.add_node("weight", [], dict(value=c.value, name="w", **c.params())).output
-    g.add_output("y", g.add("add", x, w))
+    g.add_output("y", b.add("add", x, w))
     return g
 
 

@@ -22,7 +22,7 @@ from jax import lax
 import rlxjax
 from helpers import FP32_TOL, assert_tree_close, check_against_jax
 from rlxjax.errors import UnsupportedPrimitiveError
-from rlxjax.runtime.reference.ops import OPS
+from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
 FWD = settings(max_examples=12, deadline=None)
 GRAD = settings(max_examples=16, deadline=None)
@@ -287,7 +287,7 @@ def test_reference_conv_vs_jax(data):
               "dilations": np.array(dil, np.int32), "groups": np.int32(groups)}
     if bias is not None:
         inputs["bias"] = bias.astype(dtype)
-    (got,) = OPS["conv"](inputs)
+    (got,) = MIL_OP_IMPLS["conv"](inputs)
     want = lax.conv_general_dilated(x, w, strides, pads, rhs_dilation=dil,
                                     feature_group_count=groups,
                                     precision=lax.Precision.HIGHEST)
@@ -300,7 +300,7 @@ def test_reference_conv_vs_jax(data):
 
 def test_reference_conv_valid_default_and_same_refused():
     x, w = np.ones((1, 2, 5), np.float32), np.ones((3, 2, 2), np.float32)
-    (got,) = OPS["conv"]({"x": x, "weight": w})
+    (got,) = MIL_OP_IMPLS["conv"]({"x": x, "weight": w})
     np.testing.assert_array_equal(got, np.full((1, 3, 4), 4, np.float32))
     with pytest.raises(NotImplementedError, match="pad_type 'same'"):
-        OPS["conv"]({"x": x, "weight": w, "pad_type": "same"})
+        MIL_OP_IMPLS["conv"]({"x": x, "weight": w, "pad_type": "same"})

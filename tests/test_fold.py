@@ -15,6 +15,7 @@ from hypothesis.extra import numpy as hnp
 import rlxjax
 import rlxjax.nn
 from rlxjax.ir import Graph, TensorType, DType
+from rlxjax.ir.builder import Builder
 from rlxjax.ir.ops import OPS
 from rlxjax.transforms.fold import FOLD_MAX_GROWTH, fold_constants
 
@@ -252,8 +253,9 @@ def test_random_and_region_ops_have_no_fold_implementation():
 
 def test_random_draws_are_never_folded():
     g = Graph()
-    mask = g.add("bernoulli", shape=(4,), dtype=DType.f32, prob=0.5, seed=3)
-    g.add_output("y", g.add("mul", mask, g.constant(np.full(4, 2.0, F32))))
+    b = Builder(g)
+    mask = b.add("bernoulli", shape=(4,), dtype=DType.f32, prob=0.5, seed=3)
+    g.add_output("y", b.add("mul", mask, b.constant(np.full(4, 2.0, F32))))
     assert fold_constants(g) == 0
     assert [n.op for n in g.nodes] == ["bernoulli", "constant", "mul"]
 
@@ -267,9 +269,11 @@ def test_random_draws_are_never_folded():
 
 def test_folded_constants_keep_the_source_line():
     g = Graph()
-    c = g.constant(np.arange(4, dtype=F32))
-    e = g.add("exp", c, source="model.py:12")
-    g.add_output("y", g.add("mul", e, g.add_input("x", TensorType((4,), DType.f32))))
+    b = Builder(g)
+    c = b.constant(np.arange(4, dtype=F32))
+    with b.at("model.py:12"):
+        e = b.add("exp", c)
+    g.add_output("y", b.add("mul", e, g.add_input("x", TensorType((4,), DType.f32))))
     assert fold_constants(g) == 1
     (const,) = [n for n in g.nodes if n.op == "constant"]  # the input constant is gone
     assert const.source == "model.py:12"
@@ -368,10 +372,11 @@ def test_a_select_of_small_constant_branches_is_no_all_constant_tile():
     from rlxjax.coreml.targets import get_target
 
     g = Graph()
+    b = Builder(g)
     x = g.add_input("x", TensorType((3, 4), DType.f32))
-    pred = g.add("gt", x, g.constant(np.zeros((), F32)))
-    g.add_output("y", g.add("select", pred, g.constant(np.float32(-1)),
-                            g.constant(np.arange(4, dtype=F32))))
+    pred = b.add("gt", x, b.constant(np.zeros((), F32)))
+    g.add_output("y", b.add("select", pred, b.constant(np.float32(-1)),
+                            b.constant(np.arange(4, dtype=F32))))
     with tempfile.TemporaryDirectory() as d:
         model, _, _ = lower_graph(g, get_target("iOS17"), "fp32", d)
     block = next(iter(model.mlProgram.functions["main"].block_specializations.values()))

@@ -238,9 +238,10 @@ def test_pinned_programs(name):
 def test_matmul_of_two_constants_in_a_gradient():
     """Found by test_fuzz_grad: d/dx sum((x @ C) * W) is W @ C.T, a matmul of two program
     constants (matmul is never constant-folded: its output dtype rule needs the declared
-    types). The reference backend's fast path (runtime/reference/fast.py) read its first
-    operand from the environment under the name None (KeyError) whenever the second one was
-    a constant, without checking that the first was not one too."""
+    types). The reference backend's accelerated path (runtime/reference/accelerated/
+    prepared.py) read its first operand from the environment under the name None (KeyError)
+    whenever the second one was a constant, without checking that the first was not one
+    too."""
     c = np.array([[-0.745, -0.0757]], np.float32)
     w = np.array([[0.3, -0.2], [0.5, 0.1]], np.float32)
     x = np.array([[-1.65], [-1.05]], np.float32)

@@ -22,7 +22,7 @@ from jax import lax
 import rlxjax
 from helpers import FP32_TOL, assert_tree_close, check_against_jax
 from rlxjax.errors import UnsupportedDTypeError, UnsupportedPrimitiveError
-from rlxjax.runtime.reference.ops import OPS
+from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
 FEW = settings(max_examples=6, deadline=None)
 F32, I32 = np.float32, np.int32
@@ -453,7 +453,7 @@ def test_reference_gather_scatter_nd_vs_numpy(data, mode):
     bshape = data.draw(shape_st(0, 2))
     idx = np.stack([indices(data, bshape, x.shape[i], oob=False) for i in range(k)], axis=-1)
     coords = tuple(idx[..., i] for i in range(k))
-    (g,) = OPS["gather_nd"]({"x": x, "indices": idx})
+    (g,) = MIL_OP_IMPLS["gather_nd"]({"x": x, "indices": idx})
     np.testing.assert_array_equal(g, x[coords], strict=True)
     upd = values(data, bshape + x.shape[k:])
     if mode == "update":  # unique positions: the order of writes does not matter
@@ -466,7 +466,7 @@ def test_reference_gather_scatter_nd_vs_numpy(data, mode):
         want[coords] = upd
     else:
         ufunc[mode].at(want, coords, upd)
-    (got,) = OPS["scatter_nd"]({"data": x, "indices": idx, "updates": upd, "mode": mode})
+    (got,) = MIL_OP_IMPLS["scatter_nd"]({"data": x, "indices": idx, "updates": upd, "mode": mode})
     np.testing.assert_array_equal(got, want, strict=True)
     with pytest.raises(IndexError):
-        OPS["gather_nd"]({"x": x, "indices": np.full((1, k), x.shape[0], I32)})
+        MIL_OP_IMPLS["gather_nd"]({"x": x, "indices": np.full((1, k), x.shape[0], I32)})

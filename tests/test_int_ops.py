@@ -86,12 +86,12 @@ def test_constant_operands_fold_to_the_same_bits():
 def test_no_intermediate_leaves_int32():
     """The lowering promises exactness without wrap-around: run its MIL ops on int64 (no
     overflow possible) and check every int32 value they produce fits in int32."""
-    from rlxjax.runtime.reference.ops import OPS
+    from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
     seen = []
     originals = {}
     for name in ("add", "sub", "mul", "floor_div", "mod"):
-        originals[name] = OPS[name]
+        originals[name] = MIL_OP_IMPLS[name]
 
         def wide(inputs, _name=name, _orig=originals[name]):
             x, y = (np.asarray(inputs[k]) for k in ("x", "y"))
@@ -100,13 +100,13 @@ def test_no_intermediate_leaves_int32():
                 seen.append((_name, int(big.min(initial=0)), int(big.max(initial=0))))
             return _orig(inputs)
 
-        OPS[name] = wide
+        MIL_OP_IMPLS[name] = wide
     try:
         x = _with_edges(np.random.default_rng(2).integers(-2 ** 31, 2 ** 31, (64,)))
         s = np.arange(-32, 32, dtype=I32)
         rlxjax.coreml_jit(_bitwise_all, backend="reference")(x, x[::-1].copy(), s)
     finally:
-        OPS.update(originals)
+        MIL_OP_IMPLS.update(originals)
     assert seen
     bad = [t for t in seen if t[1] < -2 ** 31 or t[2] > 2 ** 31 - 1]
     assert not bad, bad

@@ -18,6 +18,7 @@ from models import workloads
 from rlxjax.api import Lowered
 from rlxjax.frontend import Traced
 from rlxjax.ir import DType, Dyn, Graph, TensorType, format_graph, verify
+from rlxjax.ir.builder import Builder
 from rlxjax.ir.parser import IRParseError, parse_graph
 
 
@@ -138,6 +139,7 @@ def test_random_program_graphs_round_trip(case):
 # -- exactness of values and names -----------------------------------------------------------
 def test_constants_and_names_print_exactly():
     g = Graph("odd name, with = signs")
+    bld = Builder(g)
     x = g.add_input('x "quoted" #1', TensorType((3,), DType.f32))
     nan = np.array([np.nan, -np.nan, 1.0], np.float32).view(np.uint32)
     nan[0] |= 0x1234  # a NaN payload survives (as bytes)
@@ -146,10 +148,10 @@ def test_constants_and_names_print_exactly():
               np.array([True, False]), np.array([-(2 ** 31), 2 ** 31 - 1], np.int32),
               np.array([[1, 2], [3, 4]], np.int8), np.array([255, 0], np.uint8)]
     for c in consts:
-        g.constant(c)
-    y = g.add("mul", x, g.constant(np.float32(1e-30)))
-    y = g.add("reduce_sum", g.add("convert", y, dtype=DType.f16), axes=(0,),
-              source='file "with quotes".py:3 (f)')
+        bld.constant(c)
+    y = bld.add("mul", x, bld.constant(np.float32(1e-30)))
+    with bld.at('file "with quotes".py:3 (f)'):
+        y = bld.add("reduce_sum", bld.add("convert", y, dtype=DType.f16), axes=(0,))
     g.add_output("out = y", y)
     back = round_trip(verify(g))
     for a, b in zip(g.nodes, back.nodes):
@@ -161,19 +163,21 @@ def test_constants_and_names_print_exactly():
 
 def test_dynamic_dims_and_plain_params_round_trip():
     g = Graph("dyn")
+    b = Builder(g)
     x = g.add_input("x", TensorType((Dyn("batch"), 4), DType.f32))
-    y = g.add("transpose", x, perm=(1, 0))
-    g.add_output("y", g.add("round", y, method="half_even"))
+    y = b.add("transpose", x, perm=(1, 0))
+    g.add_output("y", b.add("round", y, method="half_even"))
     round_trip(verify(g))
 
 
 def test_params_hold_plain_data_only():
     g = Graph()
+    b = Builder(g)
     x = g.add_input("x", TensorType((2,), DType.f32))
     with pytest.raises(TypeError, match="plain data"):
-        g.add("exp", x, fn=lambda: 0)
+        b.add("exp", x, fn=lambda: 0)
     with pytest.raises(TypeError, match="plain data"):
-        g.add("exp", x, region=Graph("r"))
+        b.add("exp", x, region=Graph("r"))
 
 
 # -- graphs stated as text ---------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""precision="mixed" training steps (rlxjax/training/mixed.py): fp16 forward/backward,
-fp32 weights and optimizer state, dynamic loss scaling. Checked against JAX: the fp32 step
-(jax.jit), and the same mixed algorithm written in plain JAX (tests/mixed_reference.py:
-jnp.float16 through JAX's autodiff, jmp's loss-scale rule). The loss-curve bound is the
-one docs/numerics.md documents (bench/mixed_precision.py measures it)."""
+"""precision="mixed" training steps (rlxjax/training/mixed_precision.py): fp16
+forward/backward, fp32 weights and optimizer state, dynamic loss scaling. Checked against
+JAX: the fp32 step (jax.jit), and the same mixed algorithm written in plain JAX
+(tests/mixed_reference.py: jnp.float16 through JAX's autodiff, jmp's loss-scale rule). The
+loss-curve bound is the one docs/numerics.md documents (bench/mixed_precision.py measures
+it)."""
 from __future__ import annotations
 
 import functools

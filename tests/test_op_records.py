@@ -29,6 +29,7 @@ from rlxjax.coreml.registry import claimed_targets
 from rlxjax.coreml.targets import TARGETS, get_target
 from rlxjax.coreml.validate import validate_model
 from rlxjax.ir import DType, Graph, GraphVerificationError, Params, TensorType, verify
+from rlxjax.ir.builder import Builder
 from rlxjax.ir.ops import EFFECTS, FAMILIES, OPS, IRTypeError
 from rlxjax.ir.schema import Param
 from rlxjax.transforms.vjp.registry import refusal
@@ -56,16 +57,17 @@ def test_every_op_has_a_record_with_a_schema():
 
 def test_params_that_do_not_fit_the_schema_are_refused_where_the_node_is_made():
     g = Graph()
+    b = Builder(g)
     x = g.add_input("x", TensorType((2, 3), DType.f32))
     with pytest.raises(IRTypeError, match=r"reduce_sum: unknown parameter 'axis'.*"
                                          r"missing parameter 'axes'"):
-        g.add("reduce_sum", x, axis=(1,))
+        b.add("reduce_sum", x, axis=(1,))
     with pytest.raises(IRTypeError, match=r"'y' must be int, got float"):
-        g.add("integer_pow", x, y=2.0)
+        b.add("integer_pow", x, y=2.0)
     with pytest.raises(IRTypeError, match=r"'method' must be one of"):
-        g.add("round", x, method="nearest")
+        b.add("round", x, method="nearest")
     with pytest.raises(IRTypeError, match=r"cumsum: parameter 'reverse' must be bool"):
-        g.add("cumsum", x, axis=1, reverse=0)
+        b.add("cumsum", x, axis=1, reverse=0)
 
 
 def test_the_verifier_names_the_op_and_the_source_line():
@@ -184,14 +186,15 @@ def test_cse_merges_only_what_the_record_says_is_pure_and_region_free():
     from rlxjax.transforms.cse import cse
 
     g = Graph()
+    bld = Builder(g)
     x = g.add_input("x", TensorType((2,), DType.f32))
     i = g.add_input("i", TensorType((), DType.i32))
     p = dict(shape=(2,), dtype=DType.f32, prob=0.5, seed=-1)
-    a, b = g.add("bernoulli", **p), g.add("bernoulli", **p)  # effect "random"
+    a, b = bld.add("bernoulli", **p), bld.add("bernoulli", **p)  # effect "random"
     _, cond = _control("cond")
     c1, c2 = (g.add_node("cond", [i, x], cond).output for _ in range(2))  # regions
-    g.add_output("y", g.add("add", g.add("add", a, b), g.add("add", c1, c2)))
+    g.add_output("y", bld.add("add", bld.add("add", a, b), bld.add("add", c1, c2)))
     assert cse(g) == 0
-    s1, s2 = (g.add("exp", x), g.add("exp", x))
-    g.add_output("z", g.add("add", s1, s2))
+    s1, s2 = (bld.add("exp", x), bld.add("exp", x))
+    g.add_output("z", bld.add("add", s1, s2))
     assert cse(g) == 1

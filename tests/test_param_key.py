@@ -3,6 +3,7 @@ and hashing and by CSE: values that compute differently never share a key."""
 import numpy as np
 
 from rlxjax.ir import DType, Graph, Params, TensorType
+from rlxjax.ir.builder import Builder
 from rlxjax.ir.graph import param_key
 from rlxjax.transforms.cse import cse
 
@@ -26,13 +27,14 @@ def test_keys_name_the_type_and_compare_arrays_by_content():
 
 def test_cse_merges_equal_params_and_keeps_signed_zeros_apart():
     g = Graph()
+    bld = Builder(g)
     x = g.add_input("x", TensorType((2, 3), DType.f32))
 
     def norm(eps):
-        return g.add("rms_norm", x, axis=1, eps=eps, has_gamma=False, has_beta=False)
+        return bld.add("rms_norm", x, axis=1, eps=eps, has_gamma=False, has_beta=False)
 
     a, b, c = norm(0.0), norm(-0.0), norm(0.0)
-    g.outputs = [("y", g.add("add", g.add("add", a, b), c))]
+    g.outputs = [("y", bld.add("add", bld.add("add", a, b), c))]
     assert cse(g) == 1  # c merged into a; b (eps=-0.0) stays
     assert [n.params["eps"] for n in g.nodes if n.op == "rms_norm"] == [0.0, -0.0]
     assert str(g.nodes[1].params["eps"]) == "-0.0"

@@ -138,11 +138,13 @@ def test_mil_cse_shares_norm_statistics(monkeypatch):
 
 def test_random_draws_are_never_merged():
     from rlxjax.ir import DType, Graph
+    from rlxjax.ir.builder import Builder
     from rlxjax.transforms.cse import cse
 
     g = Graph()
-    draws = [g.add("bernoulli", shape=(64,), dtype=DType.f32, prob=0.5, seed=-1)
+    b = Builder(g)
+    draws = [b.add("bernoulli", shape=(64,), dtype=DType.f32, prob=0.5, seed=-1)
              for _ in range(2)]
-    g.add_output("out", g.add("sub", *draws))
+    g.add_output("out", b.add("sub", *draws))
     assert cse(g) == 0
     assert sum(n.op == "bernoulli" for n in g.nodes) == 2

@@ -15,6 +15,7 @@ from hypothesis import given, settings, strategies as st
 import rlxjax
 from helpers import assert_tree_close
 from rlxjax.ir import DType, Graph, TensorType
+from rlxjax.ir.builder import Builder
 from rlxjax.transforms.scalar_muls import fold_scalar_muls
 
 pytestmark = pytest.mark.reference_backend
@@ -210,9 +211,10 @@ def test_scalar_muls_not_folded_without_a_power_of_two_or_in_fp16():
 
 def _chain(a, b):
     gr = Graph()
+    bld = Builder(gr)
     x = gr.add_input("x", TensorType((3,), DType.f32))
-    y = gr.add("mul", x, gr.constant(np.float32(a)))
-    gr.add_output("z", gr.add("mul", y, gr.constant(np.float32(b))))
+    y = bld.add("mul", x, bld.constant(np.float32(a)))
+    gr.add_output("z", bld.add("mul", y, bld.constant(np.float32(b))))
     return gr
 
 

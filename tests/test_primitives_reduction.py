@@ -98,7 +98,7 @@ def test_arg_reduce_flattened():
     check_against_jax(lambda v: lax.argmax(v, 1, np.int32), x)
 
 
-def test_int_bitwise_reduction():  # composed from int32 arithmetic (frontend/rules/monoid.py)
+def test_int_bitwise_reduction():  # int32 arithmetic (frontend/rules/reduce_generic.py)
     x = np.arange(-3, 3, dtype=np.int32)
     check_against_jax(lambda v: (lax.reduce_or_p.bind(v, axes=(0,)),
                                  lax.reduce_and_p.bind(v, axes=(0,))), x)

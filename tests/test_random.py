@@ -21,7 +21,7 @@ from rlxjax.frontend import RULES
 from rlxjax.frontend.rules.random import RANDOM_DETAIL, RANDOM_PRIMITIVES
 from rlxjax.nn import dropout
 from rlxjax.nn.dropout import dropout_scale
-from rlxjax.runtime.reference.ops import OPS
+from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
 F32, F16, I32 = np.float32, np.float16, np.int32
 RNG = np.random.default_rng(0)
@@ -233,7 +233,7 @@ def test_gradient_reuses_the_forward_mask(seed):
 
 # -- the reference interpreter's random_bernoulli -------------------------------------------
 def test_reference_random_bernoulli():
-    op = OPS["random_bernoulli"]
+    op = MIL_OP_IMPLS["random_bernoulli"]
     shape = np.array([30, 40], I32)
     (d,) = op({"shape": shape})  # coremltools' defaults: prob 0.5 fp32, seed -1
     assert d.dtype == F32 and d.shape == (30, 40) and set(np.unique(d)) <= {0, 1}

@@ -1,6 +1,6 @@
 """``random="inputs"`` with draws inside a ``scan`` that also computes on device values
 (issue 17: dropout inside an ``nn.RNN`` cell): the scan splits into a host scan stacking
-each step's draws and a device scan reading them (rlxjax/frontend/random_scan.py).
+each step's draws and a device scan reading them (rlxjax/frontend/random/scan.py).
 
 Oracles: ``jax.jit`` of the same function (fp32 rounding: XLA fuses the loop body), JAX's
 gradients, 20 steps of JAX + optax on the same keys (rtol 1e-4); the metadata's

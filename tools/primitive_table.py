@@ -263,10 +263,10 @@ def _code(names):
 
 def row(prim):
     # the family: the module (or package, as for indexing/) under frontend/rules/, or the
-    # frontend module of an rlxjax-internal primitive (random_device's rlx_random_draw)
+    # frontend module of an rlxjax-internal primitive (random/device's rlx_random_draw)
     module = RULES[prim].__module__
     fn_name = module.split(".rules.", 1)[1].split(".")[0] if ".rules." in module else \
-        module.rsplit(".", 1)[1]
+        module.split(".frontend.", 1)[1].replace(".", "/")
     if prim in RANDOM_PRIMITIVES:
         return [prim, fn_name, "refused (see below)", "—", "—", "—"]
     if fn_name == "control" and prim not in EXAMPLES and prim != "empty":

@@ -22,7 +22,7 @@ from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
 from ..ir.ops import OPS
 from .states import describe_states, state_input, write_state
-from .symbolic import FlexDims, describe_flexible, lower_flexible
+from .flexible import FlexDims, describe_flexible, lower_flexible
 from .targets import INT8_IO, Target
 
 PRECISIONS = ("fp32", "fp16")
@@ -62,7 +62,7 @@ class LowerContext:
         self.b = builder
         self.target = target
         self.precision = precision
-        self.flex = None  # a program with flexible inputs: symbolic.FlexDims
+        self.flex = None  # a program with flexible inputs: flexible.FlexDims
         #: the graph being lowered (its regions included), which analyses read; nodes
         #: lowered one by one without it (tools/primitive_table.py) see an empty graph, so
         #: no rule counts on a fact about the rest of the graph there

@@ -11,9 +11,12 @@ import numpy as np
 from ..ir import Graph, TensorType, verify
 from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import nan_sign, random_device, random_inputs, randomness, symbolic, uint32
+from . import flexible, nan_sign, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
+from .random.device import split as split_device
+from .random.inputs import split as split_inputs
+from .random.liveness import prune
 from .registry import RULES
 from .zerosize import EmptyIO, is_empty_type
 
@@ -63,10 +66,10 @@ class Traced:
     empty_in: Dict[int, EmptyIO] = field(default_factory=dict)
     empty_out: Dict[int, EmptyIO] = field(default_factory=dict)
     # argument leaves that are not program inputs (dead PRNG keys and uint32 arrays,
-    # randomness.py): leaf index in in_tree -> (name, shape, dtype); the graph's inputs
+    # random/liveness.py): leaf index in in_tree -> (name, shape, dtype); the graph's inputs
     # are the other leaves, in order
     dropped: Dict[int, Tuple[str, Tuple[int, ...], Any]] = field(default_factory=dict)
-    # random="inputs": what the host computes on each call (random_inputs.HostPart); its
+    # random="inputs": what the host computes on each call (random/inputs.py HostPart); its
     # program inputs are the graph inputs after the argument leaves'
     host: Any = None
     # argument leaves that are uint32 program inputs, carried as int32 (< 2**31 per call)
@@ -101,21 +104,21 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
     """Trace ``fun(*dyn_args)`` and translate it to a verified RLX graph.
 
     ``names`` gives one name per dynamic argument; leaves are named by pytree path under it.
-    ``random``: None (live randomness is an error), "inputs" (random_inputs.py) or
-    "device" (random_device.py).
+    ``random``: None (live randomness is an error), "inputs" (random/inputs.py) or
+    "device" (random/device.py).
     """
-    sym_bounds = symbolic.input_dims(dyn_args, names, path_name)  # flexible inputs
+    sym_bounds = flexible.input_dims(dyn_args, names, path_name)  # flexible inputs
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
     leaf_names = [path_name(names[path[0].idx], path[1:]) for path, _ in leaves_with_paths]
     # dead code (dead randomness above all) goes before any rule can refuse it
-    closed, dropped = randomness.prune(closed, leaf_names, refuse=random is None)
+    closed, dropped = prune(closed, leaf_names, refuse=random is None)
     host = None
     if random == "inputs":
-        closed, dropped, host = random_inputs.split(closed, leaf_names, dropped)
-    elif random == "device":  # the draws made by Core ML's random ops (random_device.py)
-        closed, dropped, host = random_device.split(closed, leaf_names, dropped)
+        closed, dropped, host = split_inputs(closed, leaf_names, dropped)
+    elif random == "device":  # the draws made by Core ML's random ops (random/device.py)
+        closed, dropped, host = split_device(closed, leaf_names, dropped)
 
     graph = Graph(getattr(fun, "__name__", "main"))
     ctx = Lowering(graph, CustomRules())
@@ -131,7 +134,7 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
         except UnsupportedDTypeError as e:
             raise UnsupportedDTypeError(f"argument '{name}': {e}") from None
         if sym_bounds:  # a symbolic input dim carries its bounds (docs/flexible.md)
-            t = t.with_shape(symbolic.input_type_dims(var.aval.shape, sym_bounds))
+            t = t.with_shape(flexible.input_type_dims(var.aval.shape, sym_bounds))
         if is_empty_type(t):
             if leaf is None:
                 raise ZeroSizeError(f"random='inputs': the host value {name} has zero size "

@@ -14,7 +14,7 @@ from .. import _jax_compat as jc
 from ..errors import RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Dyn, Graph, TensorType, Value, dtype_from_numpy
 from ..ir.builder import Builder
-from . import symbolic, uint32, zerosize
+from . import flexible, uint32, zerosize
 from .registry import RULES
 from .rules.random import reject_prng_key
 
@@ -108,7 +108,7 @@ class Lowering(Builder):
         self.source, self.primitive = own or saved[0], name
         try:
             inputs = [read(a) for a in eqn.invars]
-            eqn = symbolic.plain_params(eqn)  # symbolic dims (jax.export) -> ir.Dyn
+            eqn = flexible.plain_params(eqn)  # symbolic dims (jax.export) -> ir.Dyn
             fn = RULES.get(name)
 
             def run():
@@ -121,7 +121,7 @@ class Lowering(Builder):
                 out = run() if out is None else out
             except (TypeError, ValueError, jc.InconclusiveDimensionOperation) as e:
                 # a rule met a symbolic dim it cannot take
-                symbolic.refuse_if_symbolic(self, eqn, inputs, e)
+                flexible.refuse_if_flexible(self, eqn, inputs, e)
                 raise
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             self._check_outputs(eqn, outs)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import _jax_compat as jc
 from ..errors import ArgumentError
-from .randomness import subjaxprs
+from .random.liveness import subjaxprs
 
 #: primitives whose result depends on the sign of a NaN operand
 SIGN_SENSITIVE = ("top_k", "approx_top_k")

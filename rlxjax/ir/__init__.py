@@ -14,7 +14,7 @@ from . import activation as _activation_ops  # noqa: F401  (softmax, gelu, silu 
 from . import attention as _attention_ops  # noqa: F401  (fused attention and its grad)
 from . import bitwise as _bitwise_ops  # noqa: F401  (shifts, bit counts, reduce_precision)
 from . import weight as _weight_ops  # noqa: F401  (frozen, possibly compressed weights)
-from . import symbolic as _symbolic_ops  # noqa: F401  (dim_size: flexible shapes)
+from . import flexible as _flexible_ops  # noqa: F401  (dim_size: flexible shapes)
 from .ops import OPS, IRTypeError, OpDef, broadcast_shapes, infer_types
 from .verify import GraphVerificationError, verify
 from .printer import format_graph

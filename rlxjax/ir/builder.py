@@ -21,7 +21,7 @@ import numpy as np
 
 from .types import TensorType, dtype_from_numpy
 
-if TYPE_CHECKING:  # typing only: graph.py builds with a Builder
+if TYPE_CHECKING:  # typing only: graph.py does not import this module, nor may it
     from .graph import Graph, Node, Value
 
 ConstantHook = Callable[["Builder", np.ndarray, Callable[[np.ndarray], "Value"]], "Value"]

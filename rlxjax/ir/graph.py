@@ -20,10 +20,9 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Unio
 
 import numpy as np
 
-from .builder import Builder
 from .ops import OPS, infer_types
 from .printer import format_graph, format_params
-from .types import DType, Dyn, TensorType, Typed, dtype_from_numpy
+from .types import DType, Dyn, TensorType, Typed
 
 #: Leaf values a parameter may hold (besides arrays and tuples of these).
 _PLAIN = (type(None), bool, int, float, str, DType, Dyn)
@@ -256,23 +255,10 @@ class Graph:
         self.nodes.append(node)
         return node
 
-    def add(self, op: str, *inputs: Value, source: Optional[str] = None, **params) -> Value:
-        """Add a single-output node and return its value (a ``Builder`` shortcut)."""
-        return Builder(self, source).add(op, *inputs, **params)
-
-    def constant(self, value, dtype=None, source: Optional[str] = None) -> Value:
-        return Builder(self, source).constant(value, dtype)
-
     def add_output(self, name: str, value: Value) -> None:
         self.outputs.append((name, value))
 
     # -- queries -------------------------------------------------------------------
-    def input_values(self) -> List[Value]:
-        return [v for _, v in self.inputs]
-
-    def output_values(self) -> List[Value]:
-        return [v for _, v in self.outputs]
-
     def iter_nodes(self, op: Optional[str] = None) -> Iterator[Node]:
         return (n for n in self.nodes if op is None or n.op == op)
 

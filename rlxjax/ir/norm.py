@@ -43,10 +43,6 @@ def _float_x(x, op):
     _require(x.dtype.is_float, f"{op} needs a float input, got {x}")
 
 
-def affine_count(p) -> int:
-    return int(p["has_gamma"]) + int(p["has_beta"])
-
-
 for _name, _backward in (("layer_norm", "layer_norm_grad"), ("rms_norm", "rms_norm_grad")):
 
     @defop(_name, "norm", None, params=PARAMS[_name], backward=(_backward,))

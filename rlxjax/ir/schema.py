@@ -49,10 +49,6 @@ def one_of(*values) -> Kind:
                 lambda v: isinstance(v, str) and v in allowed)
 
 
-def instance_of(types, name: Optional[str] = None) -> Kind:
-    return Kind(name or getattr(types, "__name__", str(types)), lambda v: isinstance(v, types))
-
-
 def pair_of(kind: Kind) -> Kind:
     return Kind(f"pair of {kind.name}",
                 lambda v: isinstance(v, tuple) and len(v) == 2 and all(kind.check(x) for x in v))

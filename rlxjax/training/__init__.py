@@ -13,10 +13,10 @@
 * ``export.py``     ``export_inference`` (``compressed_export.py``: with ``compress=``)
 * ``trainable.py``  ``trainable=`` / ``compress=``: a masked subset trained on a frozen base
 * ``frozen.py``     the frozen / trainable split and the baking of frozen leaves as weights
-* ``mixed.py``      ``precision="mixed"``: fp16 forward/backward, fp32 state, loss scaling
+* ``mixed_precision.py`` ``precision="mixed"``: fp16 forward/backward, fp32 state, loss scaling
 """
 from .export import export_inference
-from .mixed import DynamicLossScale, MixedState
+from .mixed_precision import DynamicLossScale, MixedState
 from .state import TrainState
 from .options import coreml_train_step
 from .step import TrainStep

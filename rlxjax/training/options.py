@@ -1,7 +1,7 @@
 """``coreml_train_step``: check its options and make the training step they ask for.
 
 The step classes are ``TrainStep`` (step.py), ``MaskedTrainStep`` for ``trainable=`` /
-``compress=`` (trainable.py) and ``MixedTrainStep`` for ``precision="mixed"`` (mixed.py);
+``compress=`` (trainable.py) and ``MixedTrainStep`` for ``precision="mixed"`` (mixed_precision.py);
 this module picks one, so none of them needs to know the others.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Callable
 from .. import formats
 from ..errors import ArgumentError
 from .frozen import check_split_options
-from .mixed import MixedTrainStep
+from .mixed_precision import MixedTrainStep
 from .step import TrainStep
 from .trainable import MaskedTrainStep
 

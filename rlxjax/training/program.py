@@ -37,7 +37,7 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     """The training graph of the traced ``loss(params, *batch)`` (traced as a function of
     ``(params, opt_state, *batch)``); ``args`` are what it was traced with.
     ``differentiate``: the graph value the backward pass starts from, when it is not the
-    loss output (precision="mixed": the loss times the loss scale, mixed.py)."""
+    loss output (precision="mixed": the loss times the loss scale, mixed_precision.py)."""
     params, opt_state = args[0], args[1]
     _refuse_empty(traced)
     g = traced.graph

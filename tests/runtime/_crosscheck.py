@@ -8,7 +8,7 @@ import coremltools as ct
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import Function, types
 
-from rlxjax.runtime.reference.ops import OPS
+from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
 # value_inference stores float64 results into fp32 vars and says so on every call.
 logging.getLogger("coremltools").setLevel(logging.ERROR)
@@ -62,7 +62,7 @@ def cross_check(op, kwargs, *, opset=IOS15, rtol=0.0, atol=0.0):
     (NaN == NaN) unless a tolerance is given."""
     expected = coreml_eval(op, opset, kwargs)
     with np.errstate(all="ignore"):
-        got = OPS[op](mine_inputs(kwargs))
+        got = MIL_OP_IMPLS[op](mine_inputs(kwargs))
     assert len(got) == len(expected), (op, len(got), len(expected))
     for g, (val, shape, dtype) in zip(got, expected):
         assert isinstance(g, np.ndarray), (op, type(g))

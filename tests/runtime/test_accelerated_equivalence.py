@@ -101,7 +101,7 @@ def test_elementwise_reductions_and_shapes_with_special_values(precision):
     c = rlxjax.coreml_jit(_mixed, precision=precision, backend="reference").lower(
         x, y, i).compile()
     fast, got = same_on_both_paths(c, x, y, i)
-    assert fast.n_fast_ops > 10 and fast._straight  # the accelerated path really ran
+    assert fast.n_prepared_ops > 10 and fast._straight  # the accelerated path really ran
     if precision == "fp32":
         assert_tree_close(got, jax.jit(_mixed)(x, y, i), rtol=1e-5, atol=1e-6)
 
@@ -123,7 +123,7 @@ def test_gradient_program():
     x = f(2, 8, 16)
     c = rlxjax.coreml_grad(_block_loss, backend="reference").lower(params, x).compile()
     fast, got = same_on_both_paths(c, params, x)
-    assert fast.n_fast_ops >= 0.8 * c.cost_analysis()["mil_ops"]
+    assert fast.n_prepared_ops >= 0.8 * c.cost_analysis()["mil_ops"]
     assert_tree_close(got, jax.jit(jax.grad(_block_loss))(params, x), rtol=1e-4, atol=1e-5)
 
 
@@ -206,7 +206,7 @@ def test_control_flow(n):
     x, w = _f32(3, scale=0.5), _f32(3, 3, seed=1, scale=0.5)
     c = rlxjax.coreml_jit(_loops, backend="reference").lower(x, w, np.int32(n)).compile()
     fast, got = same_on_both_paths(c, x, w, np.int32(n))
-    assert fast._straight is False and fast.n_fast_ops > 0  # the loop, with prepared calls
+    assert fast._straight is False and fast.n_prepared_ops > 0  # the loop, with prepared calls
     assert_tree_close(got, jax.jit(_loops)(x, w, np.int32(n)), rtol=1e-5, atol=1e-6)
     args = (_f32(4, 4, scale=0.5), _f32(3, 4), _f32(4), _f32(6, 3, seed=3))
     same_on_both_paths(rlxjax.coreml_jit(_rnn, backend="reference").lower(*args).compile(),

@@ -14,7 +14,7 @@ from coremltools.converters.mil.mil import Function
 from hypothesis import given, settings, strategies as st
 
 from _crosscheck import IOS16, checks
-from rlxjax.runtime.reference.ops import OPS
+from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
 IOS18 = ct.target.iOS18
 checks("constexpr_cast", "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale",
@@ -29,7 +29,7 @@ def _theirs(op, opset, kwargs):
 
 def _check(op, opset, kwargs):
     want, _ = _theirs(op, opset, kwargs)
-    (got,) = OPS[op]({k: (v if isinstance(v, str) else np.asarray(v))
+    (got,) = MIL_OP_IMPLS[op]({k: (v if isinstance(v, str) else np.asarray(v))
                       for k, v in kwargs.items()})
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype)
     np.testing.assert_array_equal(got, want, strict=True)

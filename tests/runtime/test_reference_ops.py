@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from _crosscheck import CHECKED, IOS15, IOS17, checks, cross_check, mine_inputs
-from rlxjax.runtime.reference.ops import OPS
+from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
 SETTINGS = settings(max_examples=25, deadline=None)
 F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_
@@ -224,7 +224,7 @@ def test_silu_vs_jax(data):
     dtype = data.draw(st.sampled_from([F32, F16]))
     x = data.draw(arrays(dtype, data.draw(shapes()), -20, 20))
     with np.errstate(over="ignore"):  # fp16 exp(20) = inf -> sigmoid 0: intended
-        (got,) = OPS["silu"]({"x": x})
+        (got,) = MIL_OP_IMPLS["silu"]({"x": x})
     assert got.dtype == dtype and got.shape == x.shape
     want = np.asarray(jax.nn.silu(x.astype(np.float32)))
     # fp32: within a few ulp of JAX (different exp implementations); fp16: fp16 rounding of
@@ -312,7 +312,7 @@ def test_matmul(op, data):
 def test_matmul_rank1_vs_numpy(sx, sy):
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal(sx).astype(F32), rng.standard_normal(sy).astype(F32)
-    (got,) = OPS["matmul"]({"x": x, "y": y})
+    (got,) = MIL_OP_IMPLS["matmul"]({"x": x, "y": y})
     want = np.matmul(x, y)
     assert got.dtype == F32 and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
@@ -324,11 +324,11 @@ def test_matmul_mixed():
 
     x = np.arange(6, dtype=F16).reshape(2, 3)
     y = np.linspace(-1, 1, 12, dtype=F32).reshape(3, 4)
-    (got,) = OPS["matmul"]({"x": x, "y": y, OUTPUT_DTYPES_KEY: (np.dtype(F16),)})
+    (got,) = MIL_OP_IMPLS["matmul"]({"x": x, "y": y, OUTPUT_DTYPES_KEY: (np.dtype(F16),)})
     assert got.dtype == F16
     np.testing.assert_array_equal(got, (x.astype(F32) @ y).astype(F16))
     with pytest.raises(TypeError, match="declared output dtype"):
-        OPS["matmul"]({"x": x, "y": y})
+        MIL_OP_IMPLS["matmul"]({"x": x, "y": y})
 
 
 @pytest.mark.parametrize("op", checks("linear"))
@@ -356,7 +356,7 @@ def test_const(op):
 def test_every_registered_op_is_checked():
     import test_reference_shape_ops  # noqa: F401  (registers its cross-checked ops)
 
-    registered = set(OPS)
+    registered = set(MIL_OP_IMPLS)
     without = set(OPS_WITHOUT_VALUE_INFERENCE)
     assert not CHECKED & without, f"listed as unchecked but cross-checked: {CHECKED & without}"
     unchecked = registered - CHECKED - without - STATE_OPS
@@ -404,7 +404,7 @@ def test_batch_norm_vs_float64(data):
             kw[name] = data.draw(arrays(dtype, (c,), -2, 2))
             want = want * kw[name].astype(np.float64).reshape(p) if name == "gamma" \
                 else want + kw[name].astype(np.float64).reshape(p)
-    (got,) = OPS["batch_norm"](mine_inputs(kw))
+    (got,) = MIL_OP_IMPLS["batch_norm"](mine_inputs(kw))
     assert got.dtype == dtype and got.shape == shape
     # fp32: evaluated in fp32 (a few roundings, |x̂| <= ~10/sqrt(eps)); fp16: rounded once.
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == F32 else dict(rtol=1e-3, atol=1e-3)
@@ -439,7 +439,7 @@ def test_scaled_dot_product_attention(op, data):
     # up to ~20 rounded to fp16's 2^-8..2^-5 spacing: errors of several 1e-3 in the result),
     # so it cannot arbitrate; the reference computes in fp32 and rounds once. Check it against
     # the op's definition (coremltools' formula) evaluated in float64.
-    from rlxjax.runtime.reference.ops import OPS
+    from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
     q, k, v = (kw[n].astype(np.float64) for n in ("query", "key", "value"))
     s = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])
@@ -448,7 +448,7 @@ def test_scaled_dot_product_attention(op, data):
         s = s + (np.where(m, 0.0, -np.inf) if m.dtype == BOOL else m.astype(np.float64))
     e = np.exp(s - s.max(-1, keepdims=True))
     want = (e / e.sum(-1, keepdims=True)) @ v
-    got, = OPS[op]({n: np.asarray(a) for n, a in kw.items()})
+    got, = MIL_OP_IMPLS[op]({n: np.asarray(a) for n, a in kw.items()})
     assert got.dtype == F16
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=2e-3)
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from _crosscheck import IOS15, IOS16, IOS17, checks, cross_check
-from rlxjax.runtime.reference.ops import OPS
+from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
 SETTINGS = settings(max_examples=25, deadline=None)
 F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_
@@ -91,9 +91,10 @@ def test_concat_stack(op, data):
 def test_concat_interleave():
     a = np.array([[1, 2], [3, 4], [5, 6]], dtype=I32)
     b = a + 6
-    (got,) = OPS["concat"]({"values": [a, b], "axis": np.int32(0), "interleave": np.bool_(True)})
+    (got,) = MIL_OP_IMPLS["concat"]({"values": [a, b], "axis": np.int32(0),
+                                     "interleave": np.bool_(True)})
     np.testing.assert_array_equal(got, [[1, 2], [7, 8], [3, 4], [9, 10], [5, 6], [11, 12]])
-    (got,) = OPS["concat"]({"values": [a, b, a], "axis": np.int32(-1),
+    (got,) = MIL_OP_IMPLS["concat"]({"values": [a, b, a], "axis": np.int32(-1),
                             "interleave": np.bool_(True)})
     want = np.stack([a, b, a], axis=-1).reshape(3, 6)
     np.testing.assert_array_equal(got, want)
@@ -154,7 +155,7 @@ def test_slice(op, data):
 
 def test_slice_by_index_negative_stride_vs_numpy():
     x = np.arange(24, dtype=F32).reshape(4, 6)
-    (got,) = OPS["slice_by_index"]({"x": x, "begin": np.array([3, 5], I32),
+    (got,) = MIL_OP_IMPLS["slice_by_index"]({"x": x, "begin": np.array([3, 5], I32),
                                     "end": np.array([0, 0], I32),
                                     "stride": np.array([-1, -2], I32),
                                     "end_mask": np.array([True, False])})
@@ -205,7 +206,7 @@ def test_cumsum_exclusive(data):
     x = x_of(data, min_dims=1, dtypes=[F32, I32])
     axis = axis_of(data, x.ndim)
     rev = data.draw(st.booleans())
-    (got,) = OPS["cumsum"]({"x": x, "axis": np.int32(axis), "exclusive": np.bool_(True),
+    (got,) = MIL_OP_IMPLS["cumsum"]({"x": x, "axis": np.int32(axis), "exclusive": np.bool_(True),
                             "reverse": np.bool_(rev)})
     xr = np.flip(x, axis) if rev else x
     want = np.cumsum(xr, axis=axis, dtype=x.dtype) - xr
@@ -254,7 +255,7 @@ def test_one_hot_vs_jax(data):
     if data.draw(st.booleans()):
         dtype = data.draw(st.sampled_from([F32, F16, I32]))
         kw.update(on_value=dtype(3), off_value=dtype(-1))
-    (got,) = OPS["one_hot"](kw)
+    (got,) = MIL_OP_IMPLS["one_hot"](kw)
     # jax.nn.one_hot: out-of-range (incl. negative) indices give an all-zero vector.
     hot = np.asarray(jax.nn.one_hot(idx, depth, axis=axis, dtype=np.float32))
     on, off = (3, -1) if "on_value" in kw else (1, 0)

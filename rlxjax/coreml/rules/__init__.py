@@ -1,5 +1,5 @@
 """Core ML lowerings, one module per op family; importing registers them."""
-from . import constant, elementwise, linear, norm, reduction, shape, special  # noqa: F401
+from . import constant, elementwise, linear, norm, reduction, shape, erfc  # noqa: F401
 from . import norm_grad  # noqa: F401
 from . import activation, attention  # noqa: F401
 from . import indexing  # noqa: F401
@@ -7,10 +7,7 @@ from . import pool  # noqa: F401
 from . import conv  # noqa: F401
 from . import random  # noqa: F401
 from . import control  # noqa: F401
-from . import special_elementary  # noqa: F401
-from . import special_functions  # noqa: F401
-from . import special_gamma  # noqa: F401
-from . import special_igamma  # noqa: F401
+from . import special  # noqa: F401  (the elementwise math of ir/special.py)
 from . import linalg, linalg_svd  # noqa: F401
 from . import bitwise  # noqa: F401
 from . import convert  # noqa: F401

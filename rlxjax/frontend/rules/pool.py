@@ -12,7 +12,7 @@ import numpy as np
 from ... import _jax_compat as jc
 from ...ir import DType
 from ..registry import rule
-from .monoid import monoids, window_body, window_monoid
+from .reduce_generic import monoids, window_body, window_monoid
 
 _KIND = {"reduce_window_max": "max", "reduce_window_min": "min", "reduce_window_sum": "sum"}
 _SELECT_KIND = {"ge": "max", "le": "min"}
@@ -34,7 +34,7 @@ def _ints(t):
 
 def _native(x) -> bool:
     """Whether the RLX pool ops (max / min / sum of f32, f16, int32) take ``x``; other
-    dtypes and reducers go through frontend/rules/monoid.py."""
+    dtypes and reducers go through frontend/rules/reduce_generic.py."""
     return x.dtype in (DType.f32, DType.f16, DType.i32)
 
 
@@ -94,8 +94,8 @@ def _reduce_window_generic(ctx, eqn, *args):
     from the init value and skips padded and base-dilation positions (an init of 0.25 is
     added once per window, not once per padded position), so with a monoid reducer the
     result is ``op(init, window_reduce(pad(x, identity)))``; any other reducer (or several
-    operands) runs tap by tap (frontend/rules/monoid.py). JAX has no reverse-mode rule for
-    this primitive; rlxjax's gradient of a max/min reducer follows the pooling convention
+    operands) runs tap by tap (frontend/rules/reduce_generic.py). JAX has no reverse-mode rule
+    for this primitive; rlxjax's gradient of a max/min reducer follows the pooling convention
     (first extremum of each window) for the window part and lax.max's (ties with the init
     value share) for the final op."""
     p = eqn.params

@@ -3,7 +3,7 @@
 ``jax.random`` cannot be compiled: its values are defined by JAX's threefry counter-based
 generator, and Core ML programs cannot reproduce those streams bit for bit (no uint32
 arithmetic, no bitwise ops). Dead randomness is removed and live randomness refused, with
-the draw and the user's line named, before any rule runs (frontend/randomness.py); the
+the draw and the user's line named, before any rule runs (frontend/random/liveness.py); the
 rules here refuse every primitive that ``jax.random`` emits as a backstop.
 ``rlxjax.nn.dropout`` (primitive ``rlx_dropout``) is the supported way to draw
 random numbers on the device: it lowers to the RLX ``bernoulli`` op (MIL
@@ -14,10 +14,10 @@ from __future__ import annotations
 import jax
 
 from ...errors import UnsupportedDTypeError
-from ..randomness import OPTIONS
+from ..random.liveness import OPTIONS
 from ..registry import rule
 
-#: the ways out, in every error about jax.random (randomness.py refuses live randomness
+#: the ways out, in every error about jax.random (random/liveness.py refuses live randomness
 #: before any rule runs; the rules below are the backstop for other translations)
 RANDOM_DETAIL = OPTIONS
 

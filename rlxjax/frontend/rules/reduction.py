@@ -5,7 +5,7 @@ import numpy as np
 
 from ...ir import DType
 from ..registry import rule
-from .monoid import reduce_monoid
+from .reduce_generic import reduce_monoid
 
 _MONOID = {"reduce_sum": "add", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "mul"}
 
@@ -18,7 +18,7 @@ for _p in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
             return x
         if x.dtype == DType.bool and _p in ("reduce_max", "reduce_min"):
             return _reduce_bool(ctx, x, axes, _p)  # jnp.max(mask): any / all
-        if x.dtype in (DType.i8, DType.u8):  # in int32, wrapped back (monoid.py)
+        if x.dtype in (DType.i8, DType.u8):  # in int32, wrapped back (reduce_generic.py)
             return reduce_monoid(ctx, _MONOID[_p], x, None, axes)
         return ctx.add(_p, x, axes=axes)
 
@@ -50,7 +50,7 @@ def _reduce_logical(ctx, eqn, x):
     axes = tuple(sorted(int(a) for a in eqn.params["axes"]))
     if not axes:
         return x
-    if x.dtype != DType.bool:  # bitwise, composed from int32 arithmetic (monoid.py)
+    if x.dtype != DType.bool:  # bitwise, composed from int32 arithmetic (reduce_generic.py)
         return reduce_monoid(ctx, "or" if eqn.primitive.name == "reduce_or" else "and", x,
                              None, axes)
     return _reduce_bool(ctx, x, axes,

@@ -1,9 +1,9 @@
 """Reference backend: a numpy interpreter of Core ML ML Programs (MIL protobuf).
 
 ``ReferenceProgram`` (interpreter.py + ops/: one function per MIL op) is the oracle and the
-default (backend ``"reference"``). ``AcceleratedProgram`` (accelerated.py, with fast.py and
-codegen.py) is the explicit speed option (backend ``"reference-fast"``): same loading, checks
-and errors, bit-identical results, several times faster on training steps.
+default (backend ``"reference"``). ``AcceleratedProgram`` (accelerated/: program.py with
+prepared.py and codegen.py) is the explicit speed option (backend ``"reference-fast"``): same
+loading, checks and errors, bit-identical results, several times faster on training steps.
 """
 from ...coreml import coremltools_quiet  # noqa: F401  (first: coremltools, quietly)
 from .accelerated import AcceleratedProgram

@@ -8,7 +8,7 @@ builder), so this backend is an independent check on what rlxjax emits. It stays
   the protobuf's operations, from the top block ``coreml/mil.function_block`` finds for
   every reader of a program; it recurses into nested blocks itself, as it scopes the names
   each may read): the signatures of its inputs and states, every const op's value, and per
-  op an ``Op`` - its implementation (``ops.OPS``: one function per MIL op; a method here
+  op an ``Op`` - its implementation (``ops.MIL_OP_IMPLS``: one function per MIL op; a method here
   for ops with nested blocks), its input bindings and its declared output types.
 * ``run`` walks the ops in order (``_run_block``): per op it builds the input dict from the
   environment (value name -> value), calls the implementation and checks the outputs against
@@ -16,7 +16,7 @@ builder), so this backend is an independent check on what rlxjax emits. It stays
   later value's dtype and shape, so each op is checked on its first execution; with unknown
   input dims, on every execution.
 
-Speed is not this module's business: ``accelerated.py`` (backend ``"reference-fast"``) runs the
+Speed is not this module's business: ``accelerated/`` (backend ``"reference-fast"``) runs the
 same loaded program through prepared numpy calls and generated straight-line code, and the
 test suite requires bit-identical results from both (tests/runtime/test_accelerated_equivalence.py).
 """
@@ -27,7 +27,7 @@ import numpy as np
 from rlxjax.errors import RlxError
 
 from ...coreml import mil
-from .ops import OPS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
+from .ops import MIL_OP_IMPLS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS, WANTS_OUTPUT_DTYPES
 from .values import BlobFiles, ValueDecodeError, decode_value, tensor_signature
 
 
@@ -64,7 +64,7 @@ class Op:
 
     def __init__(self, type_, impl, inputs, outputs, out_sigs, extra, blocks):
         self.type = type_
-        self.impl = impl  # ops.OPS entry, or for control flow the name of a program method
+        self.impl = impl  # ops.MIL_OP_IMPLS entry, or for control flow a program method's name
         self.inputs = inputs  # tuple of bindings, see NAME / CONST / LIST
         self.outputs = outputs  # tuple of output names
         self.out_sigs = out_sigs  # per output: declared (dtype, shape), None if not a tensor
@@ -167,7 +167,8 @@ class ReferenceProgram:
     def _load_op(self, op, known, blobs):
         outputs = tuple(o.name for o in op.outputs)
         where = f"op '{op.type}' (output '{outputs[0] if outputs else '?'}')"
-        impl = OPS.get(op.type) if not op.blocks else CONTROL_OPS.get(op.type, (0, None))[1]
+        impl = (MIL_OP_IMPLS.get(op.type) if not op.blocks
+                else CONTROL_OPS.get(op.type, (0, None))[1])
         if impl is None:
             raise ReferenceRuntimeError(f"{where}: unknown op type '{op.type}' "
                                         + ("with nested blocks " if op.blocks else "")
@@ -198,7 +199,7 @@ class ReferenceProgram:
     def _load_const(self, where, op, name, sig, blobs):
         if "val" not in op.attributes:
             raise ValueDecodeError("const without a 'val' attribute")
-        (value,) = OPS["const"]({"val": decode_value(op.attributes["val"], blobs)})
+        (value,) = MIL_OP_IMPLS["const"]({"val": decode_value(op.attributes["val"], blobs)})
         if isinstance(value, np.ndarray):
             value.setflags(write=False)  # shared by every run: guard against mutation
         self._check_output(where, name, value, sig)

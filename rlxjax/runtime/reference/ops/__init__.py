@@ -9,9 +9,9 @@ exactly the dtype MIL's type inference gives, and are always arrays (never numpy
 """
 from __future__ import annotations
 
-from .registry import (OPS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS, WANTS_OUTPUT_DTYPES,  # noqa: F401
-                       register)
-# The op families fill OPS through `register`.
+from .registry import (MIL_OP_IMPLS, OUTPUT_DTYPES_KEY, TUPLE_INPUTS,  # noqa: F401
+                       WANTS_OUTPUT_DTYPES, register)
+# The op families fill MIL_OP_IMPLS through `register`.
 from . import control, elementwise, linear, reduction, shape  # noqa: E402,F401
 from . import indexing  # noqa: E402,F401
 from . import conv  # noqa: E402,F401
@@ -20,4 +20,4 @@ from . import state  # noqa: E402,F401
 from . import constexpr  # noqa: E402,F401
 from . import attention, normalization  # noqa: E402,F401
 
-__all__ = ["OPS", "TUPLE_INPUTS", "WANTS_OUTPUT_DTYPES", "OUTPUT_DTYPES_KEY", "register"]
+__all__ = ["MIL_OP_IMPLS", "TUPLE_INPUTS", "WANTS_OUTPUT_DTYPES", "OUTPUT_DTYPES_KEY", "register"]

@@ -1,4 +1,5 @@
-"""Small helpers shared by the op families (and by the accelerated path, ../fast.py)."""
+"""Small helpers shared by the op families (and by the accelerated path,
+../accelerated/prepared.py)."""
 from __future__ import annotations
 
 import numpy as np

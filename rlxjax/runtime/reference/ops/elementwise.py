@@ -26,8 +26,9 @@ def _check_float(x, op):
 # Arithmetic: coremltools applies Python operators to the arrays (operator.mod is Python-style
 # remainder with the divisor's sign, floordiv rounds toward -inf); the value is then stored in
 # the promoted MIL type, so e.g. int32 real_div truncates the float quotient toward zero.
-# ARITH, COMPARE, LOGICAL and UNARY are public: the accelerated path (../fast.py) makes the same
-# numpy calls where the declared input types make the general checks redundant.
+# ARITH, COMPARE, LOGICAL and UNARY are public: the accelerated path
+# (../accelerated/prepared.py) makes the same numpy calls where the declared input types make
+# the general checks redundant.
 ARITH = {
     "add": operator.add,
     "sub": operator.sub,

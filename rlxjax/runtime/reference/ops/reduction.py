@@ -30,7 +30,7 @@ def _log_sum_exp(a, axis=None, keepdims=False):
 
 
 # name -> (operator, accumulates): non-accumulating ones are exact in any dtype. Public: the
-# accelerated path (../fast.py) makes the same calls.
+# accelerated path (../accelerated/prepared.py) makes the same calls.
 REDUCE = {
     "reduce_sum": (np.sum, True),
     "reduce_mean": (np.mean, True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 #: op type -> implementation
-OPS: dict[str, Callable] = {}
+MIL_OP_IMPLS: dict[str, Callable] = {}
 #: op type -> names of its tuple-typed inputs (always passed as a list, even with one binding)
 TUPLE_INPUTS: dict[str, frozenset] = {"while_loop": frozenset({"loop_vars"})}
 #: op types whose implementation needs the declared output dtypes (see OUTPUT_DTYPES_KEY)
@@ -21,9 +21,9 @@ def register(*names: str, tuple_inputs=(), wants_output_dtypes: bool = False):
 
     def deco(fn):
         for name in names:
-            if name in OPS:
+            if name in MIL_OP_IMPLS:
                 raise ValueError(f"op {name!r} registered twice")
-            OPS[name] = fn
+            MIL_OP_IMPLS[name] = fn
             if tuple_inputs:
                 TUPLE_INPUTS[name] = frozenset(tuple_inputs)
             if wants_output_dtypes:

@@ -111,7 +111,8 @@ def split(inputs):
 
 def slice_index(x, begin, end, stride, begin_mask, end_mask, squeeze_mask):
     """x[...] with the index slice_by_index means (Python slicing semantics, as coremltools'
-    solve_slice_by_index_slice); fast.py calls it once on a probe to learn that index."""
+    solve_slice_by_index_slice); accelerated/prepared.py calls it once on a probe to learn
+    that index."""
     rank = x.ndim
     stride = stride or [1] * rank
     slices = []

@@ -1,4 +1,4 @@
-"""Symbolic dimensions from ``jax.export.symbolic_shape`` (docs/flexible.md).
+"""Flexible dimensions from JAX's symbolic ones (``jax.export.symbolic_shape``; docs/flexible.md).
 
 A program input may have dims that are JAX symbols (``b``), bounded by the scope's
 constraints (``"b <= 128"``); they become Core ML flexible inputs (``RangeDim``). In the
@@ -82,9 +82,10 @@ def _dim_as_value(ctx, eqn):
     return ctx.add("dim_size", dim=d.name if isinstance(d, Dyn) else str(d))
 
 
-def refuse_if_symbolic(ctx, eqn, inputs, exc) -> None:
+def refuse_if_flexible(ctx, eqn, inputs, exc) -> None:
     """Raise DynamicShapeError for a rule that failed (``exc``) on an equation with
-    symbolic dims; return if it has none (the failure is another one)."""
+    flexible dims (``Dyn`` or JAX's symbolic ones); return if it has none (the failure is
+    another one)."""
     if isinstance(exc, DynamicShapeError):  # already says which op (an inner equation)
         return
     avals = [v.type for v in inputs] + [v.aval for v in eqn.outvars]

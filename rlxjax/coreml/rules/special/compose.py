@@ -1,6 +1,6 @@
-"""Building blocks for the special-function lowerings (special_*.py): float arithmetic
-on MIL vars that reads like the formula, exact helpers (log1p, the sign of a zero), and a
-``while_loop`` over elementwise state. No lowering is registered here.
+"""Building blocks for the special-function lowerings (the other modules of special/):
+float arithmetic on MIL vars that reads like the formula, exact helpers (log1p, the sign of
+a zero), and a ``while_loop`` over elementwise state. No lowering is registered here.
 
 ``Fx(b, dtype)`` emits elementwise MIL ops in ``dtype``; every operand may be a var or a
 Python / numpy number (a rank-0 constant of ``dtype``). ``upcast(...)`` evaluates a
@@ -14,8 +14,8 @@ from typing import Callable, List, Sequence
 
 import numpy as np
 
-from ...ir import DType, TensorType
-from .common import Ew
+from ....ir import DType, TensorType
+from ..common import Ew
 
 
 class Fx:

@@ -1,6 +1,6 @@
 """``random="device"``: live ``jax.random`` draws become Core ML's own random ops.
 
-The split is ``random="inputs"``'s (random_inputs.py): the host part is what is computed
+The split is ``random="inputs"``'s (inputs.py): the host part is what is computed
 only from keys, uint32 arguments and constants, and each host value the device reads is a
 program input. Here, every such value computed from a draw is computed on the device
 instead, from a Core ML random op, and the key stops being a program input (the compiled
@@ -35,14 +35,14 @@ from typing import Any, Dict, List, Optional
 import jax
 import numpy as np
 
-from .. import _jax_compat as jc
-from ..errors import UnsupportedPrimitiveError
-from ..ir import dtype_from_numpy
-from . import random_device_scan, random_inputs, randomness
-from .random_inputs import HostPart
-from .registry import rule
+from ... import _jax_compat as jc
+from ...errors import UnsupportedPrimitiveError
+from ...ir import dtype_from_numpy
+from ..registry import rule
+from . import device_scan, inputs, liveness
+from .inputs import HostPart
 
-_RANDOM = random_inputs._RANDOM
+_RANDOM = inputs._RANDOM
 
 # -- the device draw: a JAX primitive that only ever exists in the device part's jaxpr ---
 draw_p = jc.Primitive("rlx_random_draw")
@@ -107,9 +107,9 @@ _SYM = (_Key, _Bits, _Draw)
 def _refuse(eqn, what: str, draw=None, fn=None) -> UnsupportedPrimitiveError:
     """``draw``: the equation that drew, for the jax.random function when ``eqn`` (the
     user's own use of the bits) was not made by one."""
-    line, via = randomness.where([eqn])
-    fn = fn or randomness.random_function([eqn]) or (
-        randomness.random_function([draw]) if draw is not None else None)
+    line, via = liveness.where([eqn])
+    fn = fn or liveness.random_function([eqn]) or (
+        liveness.random_function([draw]) if draw is not None else None)
     at = (f" at {line}" if line else "") + (f", via {via}" if via else "")
     name = fn or f"JAX primitive '{eqn.primitive.name}'"
     return UnsupportedPrimitiveError(eqn.primitive.name, line, message=(
@@ -157,7 +157,7 @@ class _Interpreter:
         self._cache: Dict[int, Any] = {}
         self.env: Dict[Any, Any] = dict(zip(parts.fj.constvars, parts.consts))
         for v in parts.host_vars:
-            self.env[v] = _Key(randomness.is_key(v.aval))
+            self.env[v] = _Key(liveness.is_key(v.aval))
         for e in self.eqns:
             self._step(e)
 
@@ -177,27 +177,27 @@ class _Interpreter:
             with jax.ensure_compile_time_eval():
                 outs = jc.eval_equation(eqn, ins)
         elif all(isinstance(x, _Key) for x in syms):
-            vm = prim == "scan" and random_inputs._has_random(eqn) and \
-                random_device_scan.as_vmap(eqn)
-            if vm:  # a host scan: its steps' draws made at once (random_device_scan.py)
+            vm = prim == "scan" and inputs._has_random(eqn) and \
+                device_scan.as_vmap(eqn)
+            if vm:  # a host scan: its steps' draws made at once (device_scan.py)
                 outs = self._inline(eqn, vm, ins)
             elif prim == "random_bits":
                 width = int(eqn.params["bit_width"])
                 outs = [_Bits(eqn, tuple(eqn.outvars[0].aval.shape), width)]
-            elif prim in randomness.DRAWS:
+            elif prim in liveness.DRAWS:
                 raise _refuse(eqn, "draws raw random bits, which Core ML cannot make")
             else:
                 rnd = (any(x.random for x in syms) or prim in _RANDOM
-                       or random_inputs._has_random(eqn))
+                       or inputs._has_random(eqn))
                 outs = [_Key(rnd) for _ in eqn.outvars]
         elif any(isinstance(x, _Key) for x in syms):
-            if prim == "scan" and random_inputs._has_random(eqn):
-                raise _refuse(eqn, random_device_scan.CARRIED, fn=_inner_function(eqn))
+            if prim == "scan" and inputs._has_random(eqn):
+                raise _refuse(eqn, device_scan.CARRIED, fn=_inner_function(eqn))
             raise _refuse(eqn, "combines a draw with a value computed from a key or counter")
         elif any(isinstance(x, _Bits) for x in syms):
             outs = [self._bits(eqn, ins)]
         elif (len(syms) == 1 and len(eqn.outvars) == 1 and not eqn.effects
-              and not list(randomness.subjaxprs(eqn))):  # a step of one draw's chain
+              and not list(liveness.subjaxprs(eqn))):  # a step of one draw's chain
             pos = next(i for i, x in enumerate(ins) if isinstance(x, _Draw))
             outs = [_Draw(eqn.outvars[0], eqn, parent=ins[pos], args=ins, pos=pos)]
         else:  # several draws meet: each is materialised where it is read
@@ -313,9 +313,9 @@ class _Interpreter:
         # the jax.random function: seen from the value read (a cached jitted _uniform's
         # equations may carry another call's frames, jax 0.8), else from the draw
         op, pa, pb = MIL_OPS[dist]
-        line, _ = randomness.where([root.eqn])
+        line, _ = liveness.where([root.eqn])
         params = {pa: a} if pb is None else {pa: a, pb: b}
-        made_by = next((f for f in map(randomness.random_function, ([e] for e in eqns))
+        made_by = next((f for f in map(liveness.random_function, ([e] for e in eqns))
                         if f), None)
         self.draws.append(dict(made_by=made_by,
                                op=op, shape=list(shape), dtype=dt.name, params=params,
@@ -344,7 +344,7 @@ def _device_value_kind(x) -> str:
 def _no_draw(v, parts, eqn, what: str) -> UnsupportedPrimitiveError:
     """``v`` (``what``) is computed from a key, but not by a draw Core ML can make."""
     loop = _loop_with_draw(v, parts)
-    if loop is not None and randomness.random_function([loop]) is None:  # the user's loop
+    if loop is not None and liveness.random_function([loop]) is None:  # the user's loop
         return _refuse(loop, f"draws inside '{loop.primitive.name}' (random='device' makes "
                        "the draws outside loops and branches: draw all steps' numbers "
                        "before the loop, e.g. jax.random.normal(k, (steps, ...)), and index "
@@ -355,10 +355,10 @@ def _no_draw(v, parts, eqn, what: str) -> UnsupportedPrimitiveError:
 
 def _inner_function(eqn) -> Optional[str]:
     """The jax.random function of the first draw inside ``eqn``'s body."""
-    for sub in randomness.subjaxprs(eqn):
-        chain = randomness.find(sub, randomness.DRAWS)
+    for sub in liveness.subjaxprs(eqn):
+        chain = liveness.find(sub, liveness.DRAWS)
         if chain:
-            return randomness.random_function(chain)
+            return liveness.random_function(chain)
     return None
 
 
@@ -370,8 +370,7 @@ def _loop_with_draw(v, parts):
         if eqn is None or id(eqn) in seen:
             continue
         seen.add(id(eqn))
-        if random_inputs._has_random(eqn) and eqn.primitive.name in ("scan", "while",
-                                                                      "cond"):
+        if inputs._has_random(eqn) and eqn.primitive.name in ("scan", "while", "cond"):
             return eqn
         todo.extend(x for x in eqn.invars if not isinstance(x, jc.Literal))
     return None
@@ -379,7 +378,7 @@ def _loop_with_draw(v, parts):
 
 def _function(v, parts) -> Optional[str]:
     """The jax.random function nearest among the equations that computed ``v``."""
-    return random_inputs._made_by(v, parts.producer, {})[0]
+    return inputs._made_by(v, parts.producer, {})[0]
 
 
 # -- the split -------------------------------------------------------------------------
@@ -411,11 +410,11 @@ class DeviceHostPart(HostPart):
 
 
 def split(closed, names, dropped):
-    """``random_inputs.split`` with the drawn program inputs computed on the device.
+    """``inputs.split`` with the drawn program inputs computed on the device.
     Returns ``(device_closed, dropped, host)``, ``host`` a DeviceHostPart (None when
     nothing is random)."""
     try:
-        device, dropped, host = random_inputs.split(closed, names, dropped)
+        device, dropped, host = inputs.split(closed, names, dropped)
     except UnsupportedPrimitiveError as e:  # what cannot be split: same in both modes
         msg = str(e)
         if not msg.startswith("random='inputs'"):
@@ -440,7 +439,7 @@ def split(closed, names, dropped):
     res = [None if k is None else parts.host_outs[k] for k in host.outputs]
     res_kinds = [None if v is None else _device_value_kind(probe.read(v)) for v in res]
     for v, kind in zip(res, res_kinds):
-        if kind == "refuse" and not randomness.not_an_input(v.aval):  # (a key: the host's)
+        if kind == "refuse" and not liveness.not_an_input(v.aval):  # (a key: the host's)
             raise _no_draw(v, parts, parts.producer[v], "a result")
     drawn_res = [kind == "device" for kind in res_kinds]
     host_outs = [v for v, d in zip(res, drawn_res) if v is not None and not d]
@@ -460,15 +459,15 @@ def split(closed, names, dropped):
         draws[:] = interp.draws
         return results
 
-    structs = [random_inputs._struct(v.aval) for v in device.jaxpr.invars[:n_dev]] + \
-        [random_inputs._struct(v.aval) for v in kept]
+    structs = [inputs._struct(v.aval) for v in device.jaxpr.invars[:n_dev]] + \
+        [inputs._struct(v.aval) for v in kept]
     new = jax.make_jaxpr(run)(*structs)
     new = jc.dce_closed_jaxpr(new, [True] * len(structs))[0]
     fn = host.fn
     if len(kept) != len(parts.needed) or len(host_outs) != len(parts.host_outs):
-        fn = random_inputs._host_fn(parts.fj, parts.consts, parts.host_vars, parts.in_order,
-                                    kept + host_outs)
-    inputs = [spec for spec, d in zip(host.inputs, on_device) if not d]
-    out = DeviceHostPart(host.leaves, fn, inputs, outputs, parts)
+        fn = inputs._host_fn(parts.fj, parts.consts, parts.host_vars, parts.in_order,
+                             kept + host_outs)
+    host_inputs = [spec for spec, d in zip(host.inputs, on_device) if not d]
+    out = DeviceHostPart(host.leaves, fn, host_inputs, outputs, parts)
     out.draws = draws
     return new, dropped, out

@@ -3,7 +3,7 @@
 ``AcceleratedProgram`` loads a program exactly as the oracle (``ReferenceProgram``) does and
 runs the same numpy arithmetic with less Python around it:
 
-* ops that ``fast.py`` covers (elementwise, reductions, matmul, reshape, transpose, slices,
+* ops that ``prepared.py`` covers (elementwise, reductions, matmul, reshape, transpose, slices,
   pad, cast, select, for the declared input types that make the general checks redundant)
   run a prepared call with their constant parameters decoded once;
 * once every op of a program without nested blocks has run and been checked, the whole
@@ -20,21 +20,21 @@ from __future__ import annotations
 
 from functools import partial
 
+from ..interpreter import ReferenceProgram, ReferenceRuntimeError, walk_ops
 from .codegen import straight_line
-from .fast import fast_call
-from .interpreter import ReferenceProgram, ReferenceRuntimeError, walk_ops
+from .prepared import prepare_call
 
 
 class AcceleratedProgram(ReferenceProgram):
     def __init__(self, model, weights_dir=None, *, function="main"):
         super().__init__(model, weights_dir, function=function)
-        #: Op -> run(env) -> outputs: a prepared FastCall's runner, else the oracle's call
+        #: Op -> run(env) -> outputs: a PreparedCall's runner, else the oracle's call
         self._runners = {}
-        self._fast = {}  # Op -> FastCall, for the ops fast.py covers
+        self._prepared = {}  # Op -> PreparedCall, for the ops prepared.py covers
         for op in walk_ops(self.body):
-            call = fast_call(op, self.signatures, self.constants)
+            call = prepare_call(op, self.signatures, self.constants)
             if call is not None:
-                self._fast[op] = call
+                self._prepared[op] = call
                 self._runners[op] = call.runner()
             else:
                 self._runners[op] = partial(ReferenceProgram._call, self, op)
@@ -44,9 +44,9 @@ class AcceleratedProgram(ReferenceProgram):
         self._straight = False if loop_only else None
 
     @property
-    def n_fast_ops(self) -> int:
+    def n_prepared_ops(self) -> int:
         """How many ops run a prepared call instead of their general implementation."""
-        return len(self._fast)
+        return len(self._prepared)
 
     def _call(self, op, env) -> tuple:
         return self._runners[op](env)
@@ -60,5 +60,5 @@ class AcceleratedProgram(ReferenceProgram):
 
     def _straight_line(self):
         """The generated function for every later run."""
-        steps = [(op, self._fast.get(op) or self._runners[op]) for op in self.body.ops]
+        steps = [(op, self._prepared.get(op) or self._runners[op]) for op in self.body.ops]
         return straight_line(steps, self.output_names, self.op_error, ReferenceRuntimeError)

@@ -1,4 +1,4 @@
-"""Lowering of flexible (symbolic) dims: Core ML flexible inputs (docs/flexible.md).
+"""Lowering of flexible dims: Core ML flexible inputs (docs/flexible.md).
 
 A program input whose RLX type has ``Dyn`` dims becomes a MIL function input with unknown
 dims (``Dimension.unknown``) and a model-description feature with a ``shapeRange``
@@ -21,16 +21,12 @@ from coremltools.proto import FeatureTypes_pb2
 
 from ..errors import DynamicShapeError, RlxError, op_label
 from ..ir import DType, Dyn, TensorType
-from ..ir.symbolic import eval_dim, parse_dim
+from ..ir.flexible import eval_dim, parse_dim
 from .registry import lowering
 
 I32 = DType.i32
 _ARITH = {"add": "add", "sub": "sub", "mul": "mul", "floordiv": "floor_div", "mod": "mod",
           "max": "maximum", "min": "minimum"}
-
-
-def is_flexible(t: TensorType) -> bool:
-    return not t.is_static
 
 
 class FlexDims:

@@ -185,5 +185,3 @@ class MixedTrainStep(TrainStep):
     def scale_of(self, state) -> float:
         """The current loss scale (and from it, whether steps are being skipped)."""
         return float(np.asarray(numpy_tree(state.opt_state).loss_scale))
-
-

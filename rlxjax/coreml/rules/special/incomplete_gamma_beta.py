@@ -1,6 +1,6 @@
 """Lowering: the regularized incomplete gamma functions igamma = P(a, x), igammac = Q(a, x),
 igamma_grad_a = dP/da, and the regularized incomplete beta function betainc(a, b, x), in
-fp32 (mathlib.upcast).
+fp32 (compose.upcast).
 
 They follow the algorithms JAX itself runs (jax/_src/lax/special.py, after XLA's
 math.cc), so that results and edge cases agree with JAX: the power series of P for
@@ -16,11 +16,11 @@ import math
 
 import numpy as np
 
-from ...ir import DType
-from ..registry import lowering
-from .common import reshape
-from .mathlib import any_true, broadcast_all, max_of, upcast, while_loop
-from .special_gamma import digamma, lgamma
+from ....ir import DType
+from ...registry import lowering
+from ..common import reshape
+from .compose import any_true, broadcast_all, max_of, upcast, while_loop
+from .gamma import digamma, lgamma
 
 _EPS = float(np.finfo(np.float32).eps)
 _LOG_MAX = math.log(float(np.finfo(np.float32).max))

@@ -1,9 +1,9 @@
 """Straight-line Python for a checked program: one generated function per program.
 
-Part of the accelerated reference path (``accelerated.py``). Once every op of a program
+Part of the accelerated reference path (``program.py``). Once every op of a program
 without nested blocks has run (and had its outputs checked) once, ``AcceleratedProgram`` runs
 it through a function generated here instead of the interpreter's loop: each op with a
-``FastCall`` is one line ``_vK = _fK(args)`` over local variables (no dict lookups, no per-op
+``PreparedCall`` is one line ``_vK = _fK(args)`` over local variables (no dict lookups, no per-op
 bookkeeping); other ops call their ``run(env)`` as in the loop, with the values they read
 stored into ``env`` first. The calls and the values are the loop's own, so the results are
 identical; an exception is re-raised with the failing op's context, as the loop does.
@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .fast import FastCall
-from .interpreter import LIST, NAME
+from ..interpreter import LIST, NAME
+from .prepared import PreparedCall
 
 
 def straight_line(steps: Sequence, outputs: Sequence[str], error: Callable,
                   passthrough: type) -> Callable:
-    """steps: per op in order, ``(op, call)``: ``call`` is a FastCall (inlined) or a function
+    """steps: per op in order, ``(op, call)``: ``call`` is a PreparedCall (inlined) or a function
     ``run(env) -> outputs``; ``error(op, exc)`` builds the exception for a failure in ``op``;
     ``passthrough``: exception type re-raised as is. Returns run(env) -> tuple of the
     ``outputs`` values."""
-    via_env = set()  # names that ops without a FastCall read from env
+    via_env = set()  # names that ops without a PreparedCall read from env
     for op, call in steps:
-        if not isinstance(call, FastCall):
+        if not isinstance(call, PreparedCall):
             for _, kind, payload in op.inputs:
                 if kind == NAME:
                     via_env.add(payload)
@@ -36,7 +36,7 @@ def straight_line(steps: Sequence, outputs: Sequence[str], error: Callable,
     body = []
     for i, (op, call) in enumerate(steps):
         body.append(f"_i = {i}")
-        if isinstance(call, FastCall):
+        if isinstance(call, PreparedCall):
             args = []
             for k, (name, const) in enumerate(zip(call.names, call.consts)):
                 if name is None:

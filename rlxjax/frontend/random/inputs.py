@@ -33,14 +33,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-from .. import _jax_compat as jc
-from ..errors import (ArgumentError, RlxError, UnsupportedDTypeError,
+from ... import _jax_compat as jc
+from ...errors import (ArgumentError, RlxError, UnsupportedDTypeError,
                       UnsupportedPrimitiveError)
-from ..ir import dtype_from_numpy
-from . import random_meta, random_scan, randomness, uint32
+from ...ir import dtype_from_numpy
+from .. import uint32
+from . import liveness, meta, scan
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
-_RANDOM = set(randomness.DRAWS) | set(randomness.KEY_ARITHMETIC)
+_RANDOM = set(liveness.DRAWS) | set(liveness.KEY_ARITHMETIC)
 MODES = (None, "inputs", "device")
 
 
@@ -53,7 +54,7 @@ class HostInput:
     dtype: str                 # JAX dtype computed on the host ('bool', 'float32', 'uint32')
     made_by: Optional[str]     # 'jax.random.bernoulli'
     source: Optional[str]      # the user's line of the draw
-    # {'distribution': 'bernoulli', 'p': 0.7}: what an app fills it with (random_meta.py)
+    # {'distribution': 'bernoulli', 'p': 0.7}: what an app fills it with (meta.py)
     distribution: Optional[Dict[str, Any]] = None
 
     def row(self) -> Dict[str, Any]:
@@ -70,7 +71,7 @@ class HostPart:
     fn: Callable               # jitted: those leaves -> (program inputs..., host results...)
     inputs: List[HostInput]    # the program inputs it computes (graph inputs after the leaves)
     outputs: List[Optional[int]]  # per function result leaf: host result index, or None
-    # the split's equations, for random="device" (random_device.py): SplitParts
+    # the split's equations, for random="device" (device.py): SplitParts
     parts: Any = None
 
     def run(self, leaves: Sequence[Any]):
@@ -113,7 +114,7 @@ class HostPart:
         """The same host part for a transformed function whose result leaves are
         ``outputs`` (host result index, or None for the program's): a gradient or training
         transform keeps the host's aux results (a new nnx RNG state) where they were."""
-        new = copy.copy(self)  # (a subclass keeps its own fields: random_device.py's)
+        new = copy.copy(self)  # (a subclass keeps its own fields: device.py's)
         new.outputs = list(outputs)
         return new
 
@@ -132,7 +133,7 @@ class HostPart:
 
 @dataclass
 class SplitParts:
-    """What ``split`` worked from, kept for ``random="device"`` (random_device.py), which
+    """What ``split`` worked from, kept for ``random="device"`` (device.py), which
     computes the drawn program inputs on the device instead."""
 
     fj: Any                    # the flattened jaxpr
@@ -165,12 +166,12 @@ def _call_jaxpr(eqn):
 
 
 def _has_user_frame(eqn) -> bool:
-    return any(f[3] for f in randomness.frames(eqn))
+    return any(f[3] for f in liveness.frames(eqn))
 
 
 class _Resplit(Exception):
     """Raised splitting: re-flatten with ``eqn`` (a scan drawing next to device values)
-    split in two by random_scan.py, given each operand's side (``flags``)."""
+    split in two by scan.py, given each operand's side (``flags``)."""
 
     def __init__(self, eqn, flags):
         super().__init__("internal: a scan to split")
@@ -200,8 +201,8 @@ def _inline_eval(jaxpr, consts, args, outer=None, resplit=None, library=False):
             outs = _inline_eval(*call, ins, outer=info or eqn.source_info, resplit=resplit,
                                 library=library or jc.is_library_function(call[0]))
         elif resplit is not None and eqn is resplit.eqn:
-            outs = random_scan.split_scan(eqn, ins, resplit.flags, _is_random, _has_random,
-                                          _bind_inlined, _refuse)
+            outs = scan.split_scan(eqn, ins, resplit.flags, _is_random, _has_random,
+                                   _bind_inlined, _refuse)
         else:
             outs = jc.eval_equation(eqn, ins, info)
         for v, o in zip(eqn.outvars, outs):
@@ -232,8 +233,8 @@ def _flatten(closed, resplit=None):
 
 # -- splitting -----------------------------------------------------------------------------
 def _refuse(eqn, what: str):
-    line, via = randomness.where([eqn])
-    fn = randomness.random_function([eqn])
+    line, via = liveness.where([eqn])
+    fn = liveness.random_function([eqn])
     prim = eqn.primitive.name
     at = (f" at {line}" if line else "") + (f", via {via}" if via else "")
     name = f"{fn} (JAX primitive '{prim}')" if fn else f"JAX primitive '{prim}'"
@@ -244,7 +245,7 @@ def _refuse(eqn, what: str):
 
 
 def _has_random(eqn) -> bool:
-    return any(randomness.find(sub, _RANDOM) for sub in randomness.subjaxprs(eqn))
+    return any(liveness.find(sub, _RANDOM) for sub in liveness.subjaxprs(eqn))
 
 
 def split(closed, names: Sequence[str], dropped: dict):
@@ -253,14 +254,14 @@ def split(closed, names: Sequence[str], dropped: dict):
     Returns ``(device_closed, dropped, host)``, ``host`` None when nothing is random."""
     kept = [i for i in range(len(names)) if i not in dropped]
     jaxpr = closed.jaxpr
-    host_leaf = [randomness.not_an_input(v.aval) for v in jaxpr.invars]
-    if not any(host_leaf) and not randomness.find(jaxpr, _RANDOM):
+    host_leaf = [liveness.not_an_input(v.aval) for v in jaxpr.invars]
+    if not any(host_leaf) and not liveness.find(jaxpr, _RANDOM):
         return closed, dropped, None
     flat = _flatten(closed)
     for _ in range(64):  # a re-flatten per scan drawing next to device values
         try:
             return _split_flat(flat, jaxpr, names, dropped, kept, host_leaf)
-        except _Resplit as r:  # split that scan in two (random_scan.py)
+        except _Resplit as r:  # split that scan in two (scan.py)
             flat = _flatten(flat, r)
     raise RlxError("internal: random='inputs' keeps splitting scans")
 
@@ -278,7 +279,7 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
             if all(v in host or v in neutral for v in ins):
                 host_eqns.append(eqn)
                 host.update(eqn.outvars)
-                if prim in randomness.DRAWS or any(v in drawn for v in ins):
+                if prim in liveness.DRAWS or any(v in drawn for v in ins):
                     drawn.update(eqn.outvars)
                 continue
             if prim in _RANDOM:
@@ -287,10 +288,10 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
             neutral.update(eqn.outvars)
             continue
         if _has_random(eqn):
-            side = [random_scan.HOST if v in host else random_scan.NEUTRAL if
-                    isinstance(v, jc.Literal) or v in neutral else random_scan.DEVICE
+            side = [scan.HOST if v in host else scan.NEUTRAL if
+                    isinstance(v, jc.Literal) or v in neutral else scan.DEVICE
                     for v in eqn.invars]
-            if prim == "scan" and random_scan.DEVICE in side:
+            if prim == "scan" and scan.DEVICE in side:
                 raise _Resplit(eqn, side)
             raise _refuse(eqn, "draws random numbers inside an operation that also "
                           "computes on device values, which rlxjax cannot split")
@@ -305,7 +306,7 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
     arg_of = {v: names[i] for v, i, h in zip(fj.invars, kept, host_leaf) if h}
     inputs = [_host_input(v, producer, drawn, device_eqns, arg_of) for v in needed]
     _unique_names(inputs)
-    random_meta.annotate(inputs, needed, fj, flat.consts)
+    meta.annotate(inputs, needed, fj, flat.consts)
     is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
     host_outs = [v for v in fj.outvars if is_host(v)]
     outputs = [host_outs.index(v) if is_host(v) else None for v in fj.outvars]
@@ -339,9 +340,9 @@ def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:
         if eqn is None or id(eqn) in seen:
             continue
         seen.add(id(eqn))
-        fn = randomness.random_function([eqn])
+        fn = liveness.random_function([eqn])
         if eqn.primitive.name == "scan" and not isinstance(u, jc.Literal):
-            body = eqn.params["jaxpr"].jaxpr  # a host scan (random_scan.py): its draw
+            body = eqn.params["jaxpr"].jaxpr  # a host scan (scan.py): its draw
             out = body.outvars[list(eqn.outvars).index(u)]
             fn = _made_by(out, {o: e for e in body.eqns for o in e.outvars}, {})[0]
         if fn:
@@ -354,7 +355,7 @@ def _host_input(v, producer, drawn, device_eqns, arg_of) -> HostInput:
     reader = next(e for e in device_eqns if any(x is v for x in e.invars))
     eqn = producer.get(v)
     src = eqn or reader
-    if randomness.is_key(v.aval):
+    if liveness.is_key(v.aval):
         raise _refuse(reader, "reads a PRNG key next to device values (Core ML has no key "
                       "type)")
     if uint32.is_u32(v.aval) and v in drawn:
@@ -369,7 +370,7 @@ def _host_input(v, producer, drawn, device_eqns, arg_of) -> HostInput:
     if v in arg_of:  # a uint32 argument read as it is
         return HostInput(arg_of[v], shape, dtype, None, None)
     made_by, arg = _made_by(v, producer, arg_of)
-    line, _ = randomness.where([src])
+    line, _ = liveness.where([src])
     if made_by is None and arg is not None:  # computed from a uint32 argument (an index)
         return HostInput(f"host.{arg}", shape, dtype, None, line)
     short = made_by.rsplit(".", 1)[-1] if made_by else "value"

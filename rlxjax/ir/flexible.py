@@ -1,4 +1,4 @@
-"""Symbolic dimensions in the RLX graph (docs/flexible.md).
+"""Flexible dimensions in the RLX graph (docs/flexible.md).
 
 A dim of a ``TensorType`` may be an ``ir.Dyn``: a symbol of the program's flexible inputs
 ('b') or an expression of them in JAX's syntax ('64*b', 'b + 1', 'floordiv(b, 2)').

@@ -1,5 +1,5 @@
 """Lowering: lgamma, digamma, and the Hurwitz zeta / polygamma functions digamma's
-derivative reaches, composed from MIL ops in fp32 (mathlib.upcast).
+derivative reaches, composed from MIL ops in fp32 (compose.upcast).
 
 lgamma (x > 0): lgamma(2 + t) = t·P(t) for t = x - 2 in [-0.75, 0.5), x in [2.5, 8) first
 stepping down into [1.5, 2.5) (exact) and adding the log of the product of the steps;
@@ -25,8 +25,8 @@ import math
 
 import numpy as np
 
-from ..registry import lowering
-from .mathlib import upcast
+from ...registry import lowering
+from .compose import upcast
 
 # lgamma(2 + t) / t on [-0.75, 0.5] and lgamma(1 + t) / t on [-0.25, 0.25], highest degree
 # first (tools/fit_gamma.py)

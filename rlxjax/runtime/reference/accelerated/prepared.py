@@ -1,9 +1,9 @@
 """Prepared numpy calls for the accelerated reference path's most frequent ops.
 
-``fast_call(op, signatures, constants)`` is called once per loaded op (``interpreter.Op``) by
+``prepare_call(op, signatures, constants)`` is called once per loaded op (``interpreter.Op``) by
 ``AcceleratedProgram``. Given the declared signatures of the op's named inputs and the values
-of constant ones, it may return a ``FastCall``: a function of the op's input values that makes
-exactly the numpy calls the op's general implementation (``ops/``, through its public tables
+of constant ones, it may return a ``PreparedCall``: a function of the op's input values that makes
+exactly the numpy calls the op's general implementation (``../ops/``, through its public tables
 ``ARITH`` / ``COMPARE`` / ``UNARY`` / ``REDUCE`` and helpers) would make for those input
 types, minus the per-call decoding and checks the signatures already settle (constant
 parameters converted once, dtype promotion decided once). Results are bit-identical to the
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .interpreter import CONST, NAME
-from .ops import elementwise, reduction
-from .ops import shape as shape_ops
-from .ops.common import STR_TO_DTYPE, acc_dtype, out, to_bool_list, to_int_list
+from ..interpreter import CONST, NAME
+from ..ops import elementwise, reduction
+from ..ops import shape as shape_ops
+from ..ops.common import STR_TO_DTYPE, acc_dtype, out, to_bool_list, to_int_list
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32))
 _NUMERIC = _FLOATS + (np.dtype(np.int32),)
@@ -241,7 +241,7 @@ for _n in reduction.REDUCE:
     _BUILDERS[_n] = _reduce
 
 
-class FastCall:
+class PreparedCall:
     """A prepared single-output op: ``fn(*values)`` with each argument either a named value
     (``names[i]`` not None) or a constant (``consts[i]``)."""
 
@@ -268,9 +268,9 @@ class FastCall:
         return lambda env: (fn(*[c if n is None else env[n] for n, c in pairs]),)
 
 
-def fast_call(op, signatures, constants):
+def prepare_call(op, signatures, constants):
     """``op``: a loaded ``interpreter.Op``; ``signatures``: value name -> declared (dtype,
-    shape); ``constants``: name -> value of const ops. Returns a FastCall, or None (use the
+    shape); ``constants``: name -> value of const ops. Returns a PreparedCall, or None (use the
     general implementation)."""
     build = _BUILDERS.get(op.type)
     if build is None or op.blocks or len(op.out_sigs) != 1 or op.out_sigs[0] is None:
@@ -287,4 +287,4 @@ def fast_call(op, signatures, constants):
         else:
             return None
     spec = build(op.type, args, op.out_sigs)
-    return None if spec is None else FastCall(*spec)
+    return None if spec is None else PreparedCall(*spec)

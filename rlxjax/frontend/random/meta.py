@@ -17,7 +17,7 @@ distribution       the input is                                              par
 ``randint``        integers in [minval, maxval)                               ``minval, maxval``
 =================  ========================================================  ==================
 
-A draw inside a ``scan`` (random_scan.py) is an input stacked over the steps, with the
+A draw inside a ``scan`` (scan.py) is an input stacked over the steps, with the
 same distribution. A draw converted to another dtype (``randint`` read as float32) keeps its distribution;
 the row's ``dtype`` is the input's. Anything else the device reads from the host (a draw your code then scales by a constant,
 a permutation's gather indices) is ``derived``: its ``made_by`` and ``source`` say where
@@ -30,10 +30,10 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from .. import _jax_compat as jc
-from . import randomness
+from ... import _jax_compat as jc
+from . import liveness
 
-_STOP = set(randomness.DRAWS) | set(randomness.KEY_ARITHMETIC)
+_STOP = set(liveness.DRAWS) | set(liveness.KEY_ARITHMETIC)
 
 
 class _Graph:
@@ -126,7 +126,7 @@ def _describe(g: _Graph, v) -> Optional[Dict[str, Any]]:
     if e is None:
         return None
     prim = e.primitive.name
-    if prim == "scan":  # random_scan.py's host scan: each step's draw, stacked
+    if prim == "scan":  # scan.py's host scan: each step's draw, stacked
         i, body = list(e.outvars).index(v), e.params["jaxpr"]
         if i < e.params["num_carry"]:
             return None

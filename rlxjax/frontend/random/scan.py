@@ -6,7 +6,7 @@ values (dropout inside an ``nn.RNN`` cell) becomes two scans.
   stacks, step by step, each host value the rest of the body reads;
 - the **device scan** is the rest of the body, reading those stacked values as extra xs.
 
-random_inputs.split then sees a host scan (all its inputs host: the host part runs it with
+inputs.split then sees a host scan (all its inputs host: the host part runs it with
 JAX) and a device scan without randomness whose stacked host values are program inputs
 (one per value, all steps at once: shape ``[length, ...]``). The draws are JAX's own, as
 the one scan makes them. A carry is host when its initial value is and the body computes
@@ -20,7 +20,7 @@ from typing import Dict, List, Sequence
 
 import jax
 
-from .. import _jax_compat as jc
+from ... import _jax_compat as jc
 
 HOST, NEUTRAL, DEVICE = "h", "n", "d"
 
@@ -89,7 +89,7 @@ def split_scan(eqn, ins: List, flags: Sequence[str], is_random, has_random, bind
     """Bind ``eqn`` (a scan) as a host scan and a device scan on the values ``ins``
     (``flags``: each operand's side); returns the scan's results. ``bind(eqn, values)``
     binds a body equation (calls inlined, so the draws keep their shape for
-    random_meta.py); ``refuse(eqn, what)`` makes the error for what cannot split."""
+    meta.py); ``refuse(eqn, what)`` makes the error for what cannot split."""
     p = eqn.params
     body = p["jaxpr"]
     bj, nc, nk = body.jaxpr, p["num_consts"], p["num_carry"]

@@ -29,9 +29,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import jax
 
-from .. import _jax_compat as jc
-from ..errors import UnsupportedDTypeError, UnsupportedPrimitiveError
-from . import uint32
+from ... import _jax_compat as jc
+from ...errors import UnsupportedDTypeError, UnsupportedPrimitiveError
+from .. import uint32
 
 #: primitives that draw random bits from a key
 DRAWS = ("random_bits", "threefry2x32")
@@ -70,7 +70,7 @@ def prune(closed, names: Sequence[str], refuse: bool = True):
     Returns ``(closed, dropped)``: the pruned jaxpr takes the leaves not in ``dropped``
     (leaf index -> (name, shape, dtype)), in order. With ``refuse``, raises on live
     randomness and on live key / uint32 arguments (module doc); without, leaves them to
-    ``random="inputs"`` (random_inputs.py)."""
+    ``random="inputs"`` (inputs.py)."""
     avals = [v.aval for v in closed.jaxpr.invars]
     droppable = [not_an_input(a) for a in avals]
     pruned, used = jc.dce_closed_jaxpr(closed, [not d for d in droppable])

@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from ...ir import DType
-from ..registry import lowering
-from .mathlib import Fx
+from ....ir import DType
+from ...registry import lowering
+from .compose import Fx
 
 _NATIVE = {
     "tan": lambda b, t, x: b.op("tan", t, x=x),

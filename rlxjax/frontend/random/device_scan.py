@@ -1,11 +1,11 @@
-"""``random="device"``: a scan that draws (after random_scan.py has split it, the *host
+"""``random="device"``: a scan that draws (after scan.py has split it, the *host
 scan*: key arithmetic and draws only, its stacked results read by the device scan).
 
 In device mode a key's value does not matter - every draw is a fresh Core ML draw of its
 distribution - so the host scan's steps are independent draws: the scan is re-traced as
 one ``vmap`` of its body over its ``length`` steps (its key / counter carries broadcast
 to every step, its xs mapped, its consts shared), so each draw in the body becomes one
-batched draw of shape ``[length, ...]``, which random_device.py recognises and makes with
+batched draw of shape ``[length, ...]``, which device.py recognises and makes with
 one Core ML random op before the device scan reads it step by step. A draw from a const
 key (no per-step key) stays one draw shared by every step, as JAX's numbers are.
 
@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _jax_compat as jc
-from . import random_inputs, randomness
+from ... import _jax_compat as jc
+from . import inputs, liveness
 
 
 CARRIED = ("draws inside 'scan' and carries a value computed from draws from step to step "
@@ -32,7 +32,7 @@ CARRIED = ("draws inside 'scan' and carries a value computed from draws from ste
 
 
 def _key_or_int(aval) -> bool:
-    return randomness.is_key(aval) or np.dtype(aval.dtype).kind in "biu"
+    return liveness.is_key(aval) or np.dtype(aval.dtype).kind in "biu"
 
 
 def as_vmap(eqn) -> Optional[jc.ClosedJaxpr]:
@@ -51,12 +51,12 @@ def as_vmap(eqn) -> Optional[jc.ClosedJaxpr]:
         carry = [jnp.broadcast_to(c, (length,) + tuple(jnp.shape(c))) for c in carry]
 
         def step(carry, xs):
-            outs = random_inputs._inline_eval(body.jaxpr, body.consts,
-                                              [*consts, *carry, *xs], outer=eqn.source_info)
+            outs = inputs._inline_eval(body.jaxpr, body.consts,
+                                       [*consts, *carry, *xs], outer=eqn.source_info)
             return outs[nk:]
 
         ys = jax.vmap(step, axis_size=length)(carry, list(xs))
         return [jnp.flip(y, 0) for y in ys] if p["reverse"] else list(ys)
 
-    structs: List = [random_inputs._struct(v.aval) for v in eqn.invars]
+    structs: List = [inputs._struct(v.aval) for v in eqn.invars]
     return jax.make_jaxpr(run)(*structs)

@@ -1,6 +1,7 @@
-"""Lowering: special functions MIL lacks, composed to float32 accuracy.
+"""Lowering: erfc (an elementwise op of ir/ops.py), which MIL lacks, composed to float32
+accuracy.
 
-erfc: MIL has ``erf`` only, and ``1 - erf(x)`` loses every digit of small results
+MIL has ``erf`` only, and ``1 - erf(x)`` loses every digit of small results
 (erfc(4) = 1.5e-8 is below erf's rounding). For |x| >= 1 we use
 erfc(|x|) = exp(-x²)·f(|x|)/|x| with f(x) = x·exp(x²)·erfc(x) smooth, evaluated by two
 fitted polynomials (derivation and error: tools/fit_erfc.py; float32 Horner relative error
