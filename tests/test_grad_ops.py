@@ -20,7 +20,8 @@ from jax import lax
 
 import rlxjax
 from helpers import assert_tree_close
-from primitive_strategies import F32, arrays, bshapes, dyadic_elements, float_elements, shapes
+from primitive_strategies import (F32, arrays, bshapes, dot_problems, dyadic_elements,
+                                  float_elements, shapes)
 
 FEW = settings(max_examples=6, deadline=None)
 DY = dyadic_elements(-4, 4, denom=4)
@@ -244,9 +245,6 @@ def test_reduce_prod_grad_zeros():
 
 
 # -- dot_general ------------------------------------------------------------------------------
-from test_primitives_linear import dot_problems  # noqa: E402
-
-
 @settings(max_examples=10, deadline=None)
 @given(data=st.data())
 def test_dot_general_grad(data):

@@ -15,41 +15,10 @@ from hypothesis import given, strategies as st
 from jax import lax
 
 from helpers import check_against_jax
-from primitive_strategies import F32, FEW, I32, SOME, arrays, dyadic_elements, float_elements
+from primitive_strategies import (F32, FEW, I32, SOME, arrays, dot_problems, dyadic_elements,
+                                  float_elements)
 
 DYADIC = dyadic_elements(-4, 4, denom=4)
-
-
-@st.composite
-def dot_problems(draw, max_rank=4):
-    """(lhs shape, rhs shape, dimension_numbers) with dims of each kind at random positions."""
-    while True:
-        nb, nc, nl, nr = (draw(st.integers(0, 2)) for _ in range(4))
-        if nb + nc + nl <= max_rank and nb + nc + nr <= max_rank:
-            break
-    size = st.integers(1, 4)
-    b = [draw(size) for _ in range(nb)]
-    c = [draw(size) for _ in range(nc)]
-    lf = [draw(size) for _ in range(nl)]
-    rf = [draw(size) for _ in range(nr)]
-    lhs_labels = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + \
-        [("f", i) for i in range(nl)]
-    rhs_labels = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + \
-        [("f", i) for i in range(nr)]
-    lhs_labels = draw(st.permutations(lhs_labels))
-    rhs_labels = draw(st.permutations(rhs_labels))
-    sizes_l = {"b": b, "c": c, "f": lf}
-    sizes_r = {"b": b, "c": c, "f": rf}
-    lshape = tuple(sizes_l[k][i] for k, i in lhs_labels)
-    rshape = tuple(sizes_r[k][i] for k, i in rhs_labels)
-    pos = lambda labels, kind, n: tuple(labels.index((kind, i)) for i in range(n))
-    # JAX requires batch dims to appear in the same order in both operands (label order);
-    # contracting dims pair up by index, in any order (shuffle the pairs).
-    cpairs = draw(st.permutations(list(range(nc))))
-    dn = (((tuple(lhs_labels.index(("c", i)) for i in cpairs),
-            tuple(rhs_labels.index(("c", i)) for i in cpairs))),
-          (pos(lhs_labels, "b", nb), pos(rhs_labels, "b", nb)))
-    return lshape, rshape, dn
 
 
 @pytest.mark.parametrize("dtype", [F32, I32])
