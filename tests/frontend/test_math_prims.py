@@ -24,7 +24,7 @@ import rlxjax
 from helpers import TEST_BACKEND, assert_tree_close, check_against_jax
 from primitive_strategies import F32, arrays, bshapes, float_elements, shapes
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import math_accuracy  # noqa: E402  (the error measure of docs/numerics.md)
 
 FEW = settings(max_examples=4, deadline=None)

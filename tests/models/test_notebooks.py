@@ -14,7 +14,7 @@ from nbclient.exceptions import CellExecutionError
 
 from helpers import load_tool, TEST_BACKEND
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NB_DIR = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(f for f in os.listdir(NB_DIR) if f.endswith(".ipynb"))
 CELL_TIMEOUT = 240  # seconds

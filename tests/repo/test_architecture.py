@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Set
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rlxjax"
 MAX_LINES = 500
 

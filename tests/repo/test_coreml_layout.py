@@ -10,7 +10,7 @@ import re
 import rlxjax
 import rlxjax._version
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PKG = ROOT / "rlxjax"
 
 # coremltools modules without a documented public API that rlxjax uses.

@@ -14,7 +14,7 @@ import pytest
 
 import rlxjax
 
-DOC = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "errors.md")
+DOC = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "docs", "errors.md")
 X = np.ones((2, 3), np.float32)
 
 

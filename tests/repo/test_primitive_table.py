@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
     reason="docs/primitives.md is generated with jax %d.%d; this is jax %d.%d"
            % (*_jax_compat.SUPPORTED_LINES[-1], *_jax_compat.LINE))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "primitive_table.py")
 
 

@@ -109,7 +109,7 @@ def test_split_backward_keeps_negative_zero_as_jax_does():
 def test_dit_block_gradient_has_one_split_and_no_zero_add():
     import os
     import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
     import vs_peer
     _, _, loss, args = vs_peer.WORKLOADS["dit block d128"]()
     c = rlxjax.coreml_grad(loss, target="iOS18", backend="reference").lower(*args).compile()
