@@ -1,4 +1,4 @@
-"""Hypothesis strategies shared by the per-primitive tests (tests/test_primitives_*.py).
+"""Hypothesis strategies shared by the per-primitive tests (tests/frontend/test_primitives_*.py).
 
 Small shapes (rank 0-3, dims 1-5) keep every example to a few milliseconds of compile + run.
 Float elements exclude subnormals: XLA on CPU flushes them to zero, numpy does not, and that

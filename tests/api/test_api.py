@@ -135,7 +135,7 @@ def test_int64_in_x64_mode_is_clear():
 
 
 def test_dynamic_shape_is_clear():
-    """Symbolic dims make flexible inputs (docs/flexible.md, tests/test_flexible.py); an op
+    """Symbolic dims make flexible inputs (docs/flexible.md, tests/api/test_flexible.py); an op
     that cannot take one is refused naming the op, the dim and the user's line."""
     (b,) = jax.export.symbolic_shape("b")
     spec = jax.ShapeDtypeStruct((b, 3), jnp.float32)

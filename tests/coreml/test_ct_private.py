@@ -48,7 +48,7 @@ def test_blob_writer_and_reader_round_trip_with_64_byte_headers(tmp_path):
 
 
 def test_blob_reader_class_is_looked_up_per_call(monkeypatch, tmp_path):
-    """tests/test_load_and_malformed.py stands in for the reader this way."""
+    """tests/api/test_load_and_malformed.py stands in for the reader this way."""
     import coremltools.libmilstoragepython as storage
 
     monkeypatch.setattr(storage, "_BlobStorageReader", lambda path: ("spy", path))

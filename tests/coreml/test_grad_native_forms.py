@@ -30,7 +30,7 @@ from rlxjax.coreml.targets import get_target
 from rlxjax.ir import DType, Graph, TensorType
 
 SETTINGS = settings(max_examples=4, deadline=None)
-# as tests/test_grad_norms.py: another evaluation order than JAX's autodiff
+# as tests/transforms/test_grad_norms.py: another evaluation order than JAX's autodiff
 NORM_TOL = dict(rtol=1e-4, atol=1e-5)
 STATS = {"reduce_mean", "rsqrt", "sub"}  # the written-out statistics
 
@@ -117,7 +117,7 @@ def test_layer_norm_fp16_param_grads_keep_the_scaled_form():
 
     c = _grad(loss, (g, b, x, w), (0, 1), precision="fp16")
     assert "layer_norm" not in _types(c)
-    # fp16 tolerance of tests/test_grad_norms.py::test_norm_grads_in_fp16
+    # fp16 tolerance of tests/transforms/test_grad_norms.py::test_norm_grads_in_fp16
     for got, want in zip(c(g, b, x, w), jax.grad(loss, (0, 1))(g, b, x, w)):
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-2, atol=1e-2)
 

@@ -1,6 +1,6 @@
 """The MIL walk (coreml/mil.py) and MIL-level CSE (coreml/mil_cse.py) on hand-written
 protobuf programs: block scoping, impure ops, block interfaces, several functions.
-(tests/test_passes.py checks the pass end to end on compiled programs.)"""
+(tests/transforms/test_passes.py checks the pass end to end on compiled programs.)"""
 from __future__ import annotations
 
 from coremltools.proto import MIL_pb2, Model_pb2

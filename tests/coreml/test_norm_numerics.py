@@ -44,7 +44,7 @@ The float64 reference backward uses the closed-form gradients; ``test_reference_
 checks those against jax.grad of rlxjax.nn.reference under x64, so the oracle itself is
 not trusted blindly.
 
-``python tests/test_norm_numerics.py`` prints the table of measured e (rlxjax and, for
+``python tests/coreml/test_norm_numerics.py`` prints the table of measured e (rlxjax and, for
 comparison, JAX's own fp32 evaluation of the reference) used in docs/numerics.md.
 """
 from __future__ import annotations

@@ -247,7 +247,7 @@ def test_flax_conv_models(name, target):
 
 # --- errors ---------------------------------------------------------------------------------
 
-def test_integer_conv_is_exact():  # (more in tests/test_int8.py)
+def test_integer_conv_is_exact():  # (more in tests/coreml/test_int8.py)
     x, w = np.arange(8, dtype=np.int32).reshape(1, 2, 4), np.int32([[[3, -2], [5, 7]]])
     check_against_jax(lambda x, w: lax.conv(x, w, (1,), "VALID"), x, w)
 

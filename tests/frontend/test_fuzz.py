@@ -37,7 +37,7 @@ so they must equal JAX's bit for bit.
 Modes: the default suite runs ``RLXJAX_FUZZ_EXAMPLES`` (default 10 forward, 6 gradient)
 derandomized examples of each test (reproducible in CI; ~15 s of CPU). Long mode, e.g.::
 
-    RLXJAX_FUZZ_EXAMPLES=2000 python -m pytest -q tests/test_fuzz.py -m "slow or not slow"
+    RLXJAX_FUZZ_EXAMPLES=2000 python -m pytest -q tests/frontend/test_fuzz.py -m "slow or not slow"
 
 runs the ``slow`` tests with that many fresh random examples (300 when the variable is
 unset), and the default tests with that many derandomized ones.
@@ -219,7 +219,7 @@ PINNED = {
     # oracle false positive: batch_norm_train over a column of three equal values
     # (logsumexp of a broadcast scalar). The computed fp32 mean of three equal values can
     # differ from them by an ulp; times rsqrt(eps = 1e-3) that moved y by 2.5e-6 from beta
-    # (JAX happened to be exact). Within the kappa bound of tests/test_norm_numerics.py.
+    # (JAX happened to be exact). Within the kappa bound of tests/coreml/test_norm_numerics.py.
     "batchnorm_constant_column": (Program(
         inputs=[((), "f"), ((3, 2, 2), "f")],
         steps=[("ne", [0, 0], {}), ("not", [2], {}), ("where", [3, 0, 1], {}),

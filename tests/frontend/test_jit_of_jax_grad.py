@@ -134,7 +134,7 @@ def test_pad_with_runtime_value(cfg):
 
 def test_gather_in_grad():
     # integer-label cross-entropy: gather, and scatter-add in its gradient (the indexing
-    # family; more in tests/test_indexing.py)
+    # family; more in tests/frontend/test_indexing.py)
     labels = np.array([[0], [2], [1]], np.int32)
     loss = lambda x: -jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(x), labels, axis=1))
     check_against_jax(jax.grad(loss), X)

@@ -137,7 +137,7 @@ def test_unsupported_cases_are_clear_errors():
         rlxjax.coreml_jit(lambda v: lax.reduce_window(v, 0.0, lax.add, (2,), (1,),
                                                       ((-1, 0),)),
                           backend="reference").lower(np.arange(4, dtype=np.float32))
-    # (mul reducers and padded int windows are supported: tests/test_reduce_generic.py)
+    # (mul reducers and padded int windows are supported: tests/frontend/test_reduce_generic.py)
 
 
 # -- gradients -----------------------------------------------------------------------

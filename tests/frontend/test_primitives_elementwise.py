@@ -229,7 +229,7 @@ def test_bool_not(data):
 
 @pytest.mark.parametrize("fn", [jnp.bitwise_and, jnp.bitwise_or, jnp.bitwise_xor],
                          ids=["and", "or", "xor"])
-def test_int_bitwise_binary(fn):  # composed from int32 arithmetic: tests/test_int_ops.py
+def test_int_bitwise_binary(fn):  # composed from int32 arithmetic: tests/frontend/test_int_ops.py
     x = np.arange(-3, 3, dtype=np.int32)
     check_against_jax(fn, x, x[::-1].copy())
 

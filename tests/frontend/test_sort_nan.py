@@ -60,7 +60,7 @@ def test_top_k_gradient_follows_the_same_order():
 
 def test_a_negative_nan_ranks_as_a_positive_one_in_the_program():
     """Documented difference: XLA puts -NaN last in top_k; Core ML cannot read a NaN's sign.
-    A Python call refuses the -NaN (tests/test_nan_sign.py); what the program itself does,
+    A Python call refuses the -NaN (tests/frontend/test_nan_sign.py); what the program itself does,
     as a Swift caller would see it, is rank it as +NaN."""
     x = np.array([np.inf, np.nan, -np.nan, -np.inf, 3], F32)
     assert np.signbit(x[2]) and np.isnan(x[2])

@@ -61,7 +61,7 @@ def test_jit_of_jax_grad_cummax(n):
 
 def test_unfoldable_zero_size_operand_is_a_clear_error():
     # Every zero-size value the frontend makes is a constant (zero-size program inputs
-    # too: tests/test_zero_size_io.py), so an unfoldable op needs a non-constant zero-size
+    # too: tests/api/test_zero_size_io.py), so an unfoldable op needs a non-constant zero-size
     # operand: drive the fold directly with one.
     from rlxjax.frontend.interpreter import Lowering
     from rlxjax.ir import DType, Graph, TensorType

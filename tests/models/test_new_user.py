@@ -89,7 +89,7 @@ def eqx_cnn():
 
 
 MODELS = {"linen_cnn": linen_cnn, "eqx_cnn": eqx_cnn}
-FAST = set()   # (an equinox Module mask: tests/test_finetune.py; nnx RNG state: below)
+FAST = set()   # (an equinox Module mask: tests/training/test_finetune.py; nnx RNG state: below)
 
 
 def _cases():

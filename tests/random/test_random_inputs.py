@@ -269,7 +269,7 @@ def test_refusals_name_the_operation():
         _jit(lambda x: jax.random.normal(jax.random.key(x.sum().astype(jnp.int32)), (3,))
              ).lower(x)
 
-    def branch(x, k):  # (a scan splits in two: tests/test_random_scan.py; a cond not)
+    def branch(x, k):  # (a scan splits in two: tests/random/test_random_scan.py; a cond not)
         return jax.lax.cond(x.sum() > 0, lambda: x + jax.random.normal(k, x.shape),
                             lambda: x - 1.0)
 
@@ -277,4 +277,4 @@ def test_refusals_name_the_operation():
         _jit(branch).lower(x, jax.random.key(0))
     with pytest.raises(ArgumentError, match="random="):
         rlxjax.coreml_jit(lambda x: x, random="host")
-    # (a loss computed only from keys: tests/test_random_state.py; host aux results are fine)
+    # (a loss computed only from keys: tests/random/test_random_state.py; host aux results are fine)

@@ -1,8 +1,9 @@
 """coreml_train_step(state="mlstate"): params and optimizer state in Core ML states.
 
-Checked against JAX + optax (the same loop as tests/test_train_step.py), against the io-mode
-program (the exact fp32 storage makes the two compute the same bits), through coremltools'
-loader, and the reference backend's state semantics against a program coremltools emits."""
+Checked against JAX + optax (the same loop as tests/training/test_train_step.py), against the
+io-mode program (the exact fp32 storage makes the two compute the same bits), through
+coremltools' loader, and the reference backend's state semantics against a program
+coremltools emits."""
 from __future__ import annotations
 
 import functools

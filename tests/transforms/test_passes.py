@@ -98,7 +98,7 @@ def test_split_backward_becomes_concatenate(monkeypatch, parts, use):
 def test_split_backward_keeps_negative_zero_semantics(monkeypatch):
     # The cotangent of the middle piece is -0.0 everywhere: the sum of zero-padded pieces
     # (JAX's transpose of slices) turns it into +0.0 (-0.0 + +0.0), and so must the
-    # rewrite (jnp.split's transpose, a concatenate, keeps -0.0: tests/test_peephole.py).
+    # rewrite (jnp.split's transpose, a concatenate, keeps -0.0: tests/transforms/test_peephole.py).
     def loss(v):
         a, b, c = v[:2], v[2:4], v[4:]
         return jnp.sum(a * 2.0) + jnp.sum(b * -0.0) + jnp.sum(c * 3.0)
