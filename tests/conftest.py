@@ -1,3 +1,11 @@
+"""The suite's shared setup: tests/ on sys.path, the test backend switch, macOS-only skips.
+
+The test files import the shared modules here (helpers, models, op_samples, ...) by plain
+name from any folder. ``RLXJAX_TEST_BACKEND`` chooses where the programs the tests run on
+the reference backend really run (see ``_programs_run_on_test_backend``);
+``RLXJAX_PROGRAM_HASHES`` records every program's hash (tests/program_hashes.py); tests
+marked ``coreml_runtime`` are skipped off macOS.
+"""
 import os
 import sys
 

@@ -1,0 +1,9 @@
+"""Core ML lowering: RLX graph -> ML Program (MIL), validation, .mlpackage.
+
+lower.py walks the graph and calls each op's lowering (rules/, one module per op family,
+registered through registry.py) for a deployment target (targets.py); builder.py emits the
+MIL ops; mil.py walks a lowered program and mil_cse.py / mil_linear_bias.py shrink it;
+validate.py loads it through coremltools' milproto loader; package.py writes the
+.mlpackage (multifunction.py: several programs as the functions of one). coremltools'
+private API is used from ct_private.py alone.
+"""
