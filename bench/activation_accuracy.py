@@ -1,6 +1,7 @@
-"""Accuracy of the fused activations (softmax, log_softmax, gelu, silu) against float64,
-next to JAX's own float32 (XLA:CPU): the table of docs/numerics.md ("Fused activations").
-Run: ``python bench/activation_accuracy.py``.
+"""Accuracy of the fused activations against float64, next to JAX's float32.
+
+softmax, log_softmax, gelu and silu, JAX on XLA:CPU: the table of docs/numerics.md
+("Fused activations"). Run: ``python bench/activation_accuracy.py``.
 
 For each function, the same float32 inputs (``x = s·N(0, 1)``, 4096 values per scale,
 rows of 64 for the softmaxes) go through rlxjax on the reference backend (the fused MIL

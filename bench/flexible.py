@@ -1,5 +1,4 @@
-"""Flexible batch on the test workloads: what a flexible batch costs in MIL ops, and
-that one program runs at batch 1, 7 and 64.
+"""Flexible batch: its cost in MIL ops, and one program at batch 1, 7 and 64.
 
 For each workload of tests/models.py, the loss (forward), ``coreml_grad`` and an adam
 ``coreml_train_step``, compiled once with a static batch and once with every batch

@@ -1,5 +1,6 @@
-"""Accuracy of rlxjax's linear algebra against float64, next to JAX's own float32 (XLA:CPU,
-LAPACK): the table of docs/numerics.md ("Linear algebra"). Run:
+"""Accuracy of the linear algebra against float64, next to JAX's own float32.
+
+JAX on XLA:CPU (LAPACK): the table of docs/numerics.md ("Linear algebra"). Run:
 ``python bench/linalg_accuracy.py``.
 
 Each entry is the normwise error ``max|result − reference| / max|reference|`` (the

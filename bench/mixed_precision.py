@@ -1,10 +1,11 @@
-"""Mixed-precision training against fp32 JAX: per training workload (tests/models.py, the
-losses bench/train_step.py times), 200 adam(1e-3) steps on its batch with
-``coreml_train_step(..., precision="mixed")`` (reference-fast backend: fp16 forward and
-backward, fp32 weights and moments, dynamic loss scaling) next to ``jax.jit`` of the fp32
-step, and next to the same mixed algorithm written in plain JAX (jnp.float16 through JAX's
-autodiff, tests/mixed_reference.py), which shows how much of the deviation fp16 itself
-causes. Columns:
+"""Mixed-precision training against fp32 JAX: loss curves, bytes per step.
+
+Per training workload (tests/models.py, the losses bench/train_step.py times), 200
+adam(1e-3) steps on its batch with ``coreml_train_step(..., precision="mixed")``
+(reference-fast backend: fp16 forward and backward, fp32 weights and moments, dynamic loss
+scaling) next to ``jax.jit`` of the fp32 step, and next to the same mixed algorithm written
+in plain JAX (jnp.float16 through JAX's autodiff, tests/mixed_reference.py), which shows
+how much of the deviation fp16 itself causes. Columns:
 
 * ``max rel``: max over steps of |loss_mixed − loss_fp32| / |loss_fp32| (rlxjax mixed);
   ``jax16 rel``: the same for the plain-JAX mixed reference;

@@ -1,7 +1,8 @@
-"""Drift of ``state="mlstate"`` training against fp32 training (JAX + optax, jax.jit on CPU)
-over 500 steps, for a flax MLP + adam and a transformer block + adamw with clipping and a
-schedule. Every 100 steps it prints the max relative parameter error (per leaf
-max|got - want| / max|want|, the largest over leaves) and |loss - loss_jax|, for:
+"""Drift of ``state="mlstate"`` training against fp32 training over 500 steps.
+
+Against JAX + optax (jax.jit on CPU), for a flax MLP + adam and a transformer block + adamw
+with clipping and a schedule. Every 100 steps it prints the max relative parameter error
+(per leaf max|got - want| / max|want|, the largest over leaves) and |loss - loss_jax|, for:
 
 * ``mlstate``: rlxjax's mlstate program on the reference backend's accelerated path
   (``backend="reference-fast"``, bit-identical to the oracle; state stored exactly in

@@ -1,8 +1,10 @@
-"""Weight bytes of the one package that trains and predicts (``step.save(path,
-predict=...)``) against the two programs saved separately, for a model whose frozen
-256x256 fp32 table (closed over, 256 KiB) both the loss and ``predict`` use. The
-multifunction writer deduplicates weight blobs by content, so the table is stored once.
-Also prints the MIL op counts of both functions and the time to save the package.
+"""Weight bytes: one package that trains and predicts, against two programs.
+
+The package of ``step.save(path, predict=...)`` against the two programs saved separately,
+for a model whose frozen 256x256 fp32 table (closed over, 256 KiB) both the loss and
+``predict`` use. The multifunction writer deduplicates weight blobs by content, so the
+table is stored once. Also prints the MIL op counts of both functions and the time to save
+the package.
 
 Run: ``python bench/multifunction_size.py``.
 """

@@ -1,8 +1,10 @@
-"""MIL op histograms (consts included) and constant elements of the programs compiled
-for the test workloads (tests/models.py): forward, rlxjax gradient, JAX's gradient
-compiled op by op, fp16 forward, and an optax training step; plus the norm backward
-cases of bench/grad_ops.py. Compile only, nothing runs. Used to check that a compiler
-change keeps programs the same size or smaller:
+"""MIL op histograms and constant elements of the test workloads' programs.
+
+The histograms count consts too. The programs, compiled for the test workloads
+(tests/models.py): forward, rlxjax gradient, JAX's gradient compiled op by op, fp16
+forward, and an optax training step; plus the norm backward cases of bench/grad_ops.py.
+Compile only, nothing runs. Used to check that a compiler change keeps programs the same
+size or smaller:
 
     python bench/op_histograms.py > before.json   # on the old tree
     python bench/op_histograms.py > after.json

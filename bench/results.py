@@ -1,5 +1,7 @@
-"""Regenerate ``bench/RESULTS.md``: runs every benchmark of this folder and writes their
-tables with the machine and package versions. Run: ``python bench/results.py``
+"""Regenerate ``bench/RESULTS.md`` from every benchmark of this folder.
+
+It runs every benchmark of this folder and writes their tables with the machine and
+package versions. Run: ``python bench/results.py``
 (``--quick`` runs fewer repetitions; the peer needs ``pip install -e .[peer]``;
 ``--scale`` adds the real-size models of ``bench/scale.py``, which take half an hour with
 the peer; ``python bench/scale.py --results`` refreshes that section alone;

@@ -1,10 +1,12 @@
-"""Training-step benchmark: per workload, compile time of ``coreml_train_step``, its
-non-const MIL op count, and the median step time of both reference-backend paths - the
-oracle (``backend="reference"``, the interpreter's general path) and the accelerated path
-(``backend="reference-fast"``, bit-identical results) - next to ``jax.jit`` of the same
-JAX + optax step on this CPU (measured side by side in one run, in alternation, medians of
-200 steps each). ``fast/jit`` is the accelerated path against jax.jit, ``ref/fast`` the
-oracle against the accelerated path.
+"""Training steps: compile time, MIL ops and step time against ``jax.jit``.
+
+Per workload, compile time of ``coreml_train_step``, its non-const MIL op count, and the
+median step time of both reference-backend paths - the oracle (``backend="reference"``, the
+interpreter's general path) and the accelerated path (``backend="reference-fast"``,
+bit-identical results) - next to ``jax.jit`` of the same JAX + optax step on this CPU
+(measured side by side in one run, in alternation, medians of 200 steps each). ``fast/jit``
+is the accelerated path against jax.jit, ``ref/fast`` the oracle against the accelerated
+path.
 Run: ``python bench/train_step.py [repeats]``.
 """
 from __future__ import annotations

@@ -1,3 +1,4 @@
+"""``python -m rlxjax``: the ``rlxjax`` command (rlxjax/cli.py)."""
 import sys
 
 from .cli import main

@@ -4,7 +4,7 @@ rlxjax reads jaxprs, so it depends on JAX's jaxpr data types and on a few extens
 hooks. Where a name moved between releases, this module finds it; the rest of the package
 imports from here and never from ``jax._src``, ``jax.core``, ``jax.extend`` or
 ``jax.interpreters`` directly. When JAX moves something again, this is the one file to
-change; ``tests/test_jax_compat.py`` checks that each name here resolves on the JAX
+change; ``tests/frontend/test_jax_compat.py`` checks that each name here resolves on the JAX
 installed.
 
 What moved (release where the public name appeared):

@@ -1,6 +1,7 @@
-"""Flexible shapes on the host side (docs/flexible.md): the ``flexible=`` option of
-``coreml_jit`` (axes named per argument, made symbolic with ``jax.export``) and the check
-of a call's sizes against a flexible program's inputs."""
+"""Flexible shapes on the host side (docs/flexible.md).
+
+The ``flexible=`` option of ``coreml_jit`` (axes named per argument, made symbolic with
+``jax.export``) and the check of a call's sizes against a flexible program's inputs."""
 from __future__ import annotations
 
 from typing import Dict, List, Tuple

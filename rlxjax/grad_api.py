@@ -1,6 +1,7 @@
-"""``coreml_grad`` / ``coreml_value_and_grad``: ``jax.grad`` semantics, with the backward
-pass built by rlxjax's own transform on the RLX graph (each norm paired with its fused
-backward op) instead of by JAX."""
+"""``coreml_grad`` / ``coreml_value_and_grad``: ``jax.grad`` with rlxjax's own backward.
+
+The backward pass is built by rlxjax's own transform on the RLX graph (each norm paired
+with its fused backward op) instead of by JAX."""
 from __future__ import annotations
 
 from typing import Callable, Sequence

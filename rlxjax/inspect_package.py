@@ -1,6 +1,7 @@
-"""``rlxjax inspect``: describe a saved ``.mlpackage`` (inputs, outputs, training roles,
-target, MIL op histogram). Reads the package's protobuf through coremltools'
-``load_spec``, which works on any OS."""
+"""``rlxjax inspect``: describe a saved ``.mlpackage``.
+
+Its inputs, outputs, training roles, target and MIL op histogram. Reads the package's
+protobuf through coremltools' ``load_spec``, which works on any OS."""
 from __future__ import annotations
 
 import json

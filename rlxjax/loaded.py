@@ -1,5 +1,4 @@
-"""A loaded package's function, format-neutral: feeds in, outputs out, checked as a compiled
-program checks them.
+"""A loaded package's function, format-neutral: its values in and out, checked (calling.py).
 
 A format's loader (``Format.load``) reads the package and subclasses ``LoadedFunction``
 with how to run it (``_run``, ``_make_state``); everything about values is here: inputs by

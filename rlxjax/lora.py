@@ -1,5 +1,7 @@
-"""LoRA adapters for plain parameter trees (flax.linen ``variables["params"]``, the array
-half of an ``eqx.partition``, nested dicts): train low-rank adapters on a frozen base with
+"""LoRA adapters for plain parameter trees, on a frozen (compressed) base.
+
+The trees: flax.linen ``variables["params"]``, the array half of an ``eqx.partition``,
+nested dicts. Train low-rank adapters on a frozen base with
 ``coreml_train_step(..., trainable=rlxjax.lora.TRAINABLE, compress="int8")``.
 
     tree = rlxjax.lora.add_adapters(params, rank=8, key=jax.random.key(0),

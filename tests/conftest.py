@@ -1,3 +1,11 @@
+"""The suite's shared setup: tests/ on sys.path, the test backend switch, macOS-only skips.
+
+The test files import the shared modules here (helpers, models, op_samples, ...) by plain
+name from any folder. ``RLXJAX_TEST_BACKEND`` chooses where the programs the tests run on
+the reference backend really run (see ``_programs_run_on_test_backend``);
+``RLXJAX_PROGRAM_HASHES`` records every program's hash (tests/program_hashes.py); tests
+marked ``coreml_runtime`` are skipped off macOS.
+"""
 import os
 import sys
 
@@ -10,6 +18,7 @@ _HASHES = None  # program_hashes.Recorder when RLXJAX_PROGRAM_HASHES is set
 
 def pytest_configure(config):
     global _HASHES
+    from rlxjax.coreml import coremltools_quiet  # noqa: F401  (coremltools without notices)
     import program_hashes
 
     if program_hashes.FOLDER and _HASHES is None:  # tests/program_hashes.py

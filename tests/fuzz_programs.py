@@ -1,4 +1,5 @@
-"""Random well-typed JAX programs for tests/test_fuzz.py (interpreter: tests/fuzz_interp.py).
+"""Random well-typed JAX programs for tests/frontend/test_fuzz.py (interpreter:
+tests/fuzz_interp.py).
 
 A program is plain data: a list of input specs and a list of *steps*. Each step is
 ``(op, operand_indices, params)`` and appends one value to a pool that starts with the

@@ -1,5 +1,5 @@
 """One small graph per RLX op (``sample(op)``): the op applied once to graph inputs, with
-parameters that fit its schema. tests/test_op_records.py lowers each on every target the
+parameters that fit its schema. tests/ir/test_op_records.py lowers each on every target the
 op's lowering claims (the claims are what docs/primitives.md lists)."""
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ _OTHER = {
     "bernoulli": ([], {"shape": (2, 3), "dtype": F32, "prob": 0.5, "seed": 0}),
     "random_uniform": ([], {"shape": (2, 3), "dtype": F32, "low": -1.0, "high": 2.0, "seed": 0}),
     "random_normal": ([], {"shape": (2, 3), "dtype": F32, "mean": 0.0, "std": 1.0, "seed": 0}),
-    # (compressed schemes: tests/test_compress.py lowers each on every target it claims)
+    # (compressed schemes: tests/coreml/test_compress.py lowers each on every target it claims)
     "weight": ([], {"value": np.ones((2, 3), np.float32), "name": "w", "scheme": "none"}),
 }
 _SPECIAL = {

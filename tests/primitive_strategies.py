@@ -1,4 +1,4 @@
-"""Hypothesis strategies shared by the per-primitive tests (tests/test_primitives_*.py).
+"""Hypothesis strategies shared by the per-primitive tests (tests/frontend/test_primitives_*.py).
 
 Small shapes (rank 0-3, dims 1-5) keep every example to a few milliseconds of compile + run.
 Float elements exclude subnormals: XLA on CPU flushes them to zero, numpy does not, and that
@@ -80,3 +80,36 @@ def axes_subsets(rank):
     """A (possibly empty) tuple of distinct axes of a rank-`rank` array, in random order."""
     return st.lists(st.integers(0, rank - 1), unique=True, max_size=rank).map(tuple) \
         if rank else st.just(())
+
+
+@st.composite
+def dot_problems(draw, max_rank=4):
+    """(lhs shape, rhs shape, dimension_numbers) with dims of each kind at random positions
+    (dot_general: tests of the primitive and of its gradient)."""
+    while True:
+        nb, nc, nl, nr = (draw(st.integers(0, 2)) for _ in range(4))
+        if nb + nc + nl <= max_rank and nb + nc + nr <= max_rank:
+            break
+    size = st.integers(1, 4)
+    b = [draw(size) for _ in range(nb)]
+    c = [draw(size) for _ in range(nc)]
+    lf = [draw(size) for _ in range(nl)]
+    rf = [draw(size) for _ in range(nr)]
+    lhs_labels = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + \
+        [("f", i) for i in range(nl)]
+    rhs_labels = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + \
+        [("f", i) for i in range(nr)]
+    lhs_labels = draw(st.permutations(lhs_labels))
+    rhs_labels = draw(st.permutations(rhs_labels))
+    sizes_l = {"b": b, "c": c, "f": lf}
+    sizes_r = {"b": b, "c": c, "f": rf}
+    lshape = tuple(sizes_l[k][i] for k, i in lhs_labels)
+    rshape = tuple(sizes_r[k][i] for k, i in rhs_labels)
+    pos = lambda labels, kind, n: tuple(labels.index((kind, i)) for i in range(n))
+    # JAX requires batch dims to appear in the same order in both operands (label order);
+    # contracting dims pair up by index, in any order (shuffle the pairs).
+    cpairs = draw(st.permutations(list(range(nc))))
+    dn = (((tuple(lhs_labels.index(("c", i)) for i in cpairs),
+            tuple(rhs_labels.index(("c", i)) for i in cpairs))),
+          (pos(lhs_labels, "b", nb), pos(rhs_labels, "b", nb)))
+    return lshape, rshape, dn

@@ -174,11 +174,11 @@ def _unstable_sort_ties(h, got, want):
 # explanation when the difference is one of them, else None.
 VALID_DIFFERENCES = {"sort": _unstable_sort_ties}
 
-#: Harnesses per group the default test run takes (tests/test_conformance.py).
+#: Harnesses per group the default test run takes (tests/repo/test_conformance.py).
 DEFAULT_SAMPLE = 1
 
 #: What rlxjax refuses on purpose: (group, text the error detail contains or None, why).
-#: An "unsupported" outcome not listed here fails tests/test_conformance.py.
+#: An "unsupported" outcome not listed here fails tests/repo/test_conformance.py.
 UNSUPPORTED = [
     ("random_gamma", None, "jax.random.gamma samples by rejection in a loop that reads its key "
                            "next to the shape parameter: random='inputs' cannot draw it on "
@@ -196,7 +196,7 @@ UNSUPPORTED = [
 
 
 #: Wrong answers rlxjax cannot avoid on Core ML, by harness name: still counted as wrong,
-#: explained in the table; tests/test_conformance.py expects them to fail (strict xfail).
+#: explained in the table; tests/repo/test_conformance.py expects them to fail (strict xfail).
 KNOWN_WRONG: dict = {}
 
 
@@ -528,7 +528,7 @@ def doc_section(results, summary, jax_version) -> str:
         "weighted sum of the float32 outputs, on float32 harnesses), on the reference backend "
         "with the program validated by coremltools' MIL loader. Reproduce with "
         "`python tools/conformance.py --write` (about 5 minutes on 2 cores); "
-        "`tests/test_conformance.py` runs a sample of each group by default and all of them "
+        "`tests/repo/test_conformance.py` runs a sample of each group by default and all of them "
         "with `-m slow`. How results are compared, and what *not applicable* means, is in "
         "the tool's docstring.",
         "",

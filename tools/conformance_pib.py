@@ -1,5 +1,7 @@
-"""The gradient of a gather / scatter with ``mode=PROMISE_IN_BOUNDS`` and out-of-bounds
-indices: a valid difference from ``jax.grad`` (tools/conformance.py).
+"""Out-of-bounds ``PROMISE_IN_BOUNDS`` gathers and scatters: a valid difference.
+
+The gradient of a gather / scatter with ``mode=PROMISE_IN_BOUNDS`` and out-of-bounds
+indices differs from ``jax.grad``, validly (tools/conformance.py).
 
 JAX documents the mode (``lax.GatherScatterMode``): "The user promises that indices are in
 bounds. [...] In practice, with the current XLA implementation this means that

@@ -1,5 +1,7 @@
-"""Measure the accuracy of rlxjax's elementwise math (rlxjax/ir/special.py) in float32
-against float64 references, next to XLA's own float32 results on the same points.
+"""Measure the float32 accuracy of rlxjax's elementwise math against float64.
+
+The functions of rlxjax/ir/special.py, against float64 references, next to XLA's own
+float32 results on the same points.
 
     python tools/math_accuracy.py               # every function: the table in docs/numerics.md
     python tools/math_accuracy.py lgamma cbrt   # some of them

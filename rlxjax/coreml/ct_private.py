@@ -5,7 +5,7 @@ rlxjax writes and reads ML Programs with coremltools' generated protobuf classes
 the blob-storage writer and reader of the weight file, the value helpers its MIL backend
 serialises with, its milproto loader (our structural validator) and pymil's dtypes, and
 the function that lays out an ``.mlpackage``. Nothing else in rlxjax imports them: each
-use is a small function here, and ``tests/test_ct_private.py`` pins the behaviour rlxjax
+use is a small function here, and ``tests/coreml/test_ct_private.py`` pins the behaviour rlxjax
 relies on, one test per function, so a coremltools upgrade that changes one fails there
 first and says which.
 """

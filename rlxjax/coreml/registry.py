@@ -9,7 +9,7 @@ the rule's own module computes, once per lowering (rules/norm.py ``stats_recompu
 rules/linear.py ``sole_read_consts``). The context knows no op.
 
 A lowering claims the deployment targets it works on with ``since`` (the oldest; every
-newer one is claimed too). tests/test_op_records.py lowers a node of every op on every
+newer one is claimed too). tests/ir/test_op_records.py lowers a node of every op on every
 target it claims.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ differentiable, its regions (``Node.regions``), the backward op(s) its VJP rule 
 inference. The layers (frontend, grad transform, constant folding, Core ML lowering) keep
 their family modules and register their part into the record with
 ``register_impl(layer, *ops)``; ``OpDef.impl(layer)`` reads it back. One test
-(tests/test_op_records.py) checks the records are complete.
+(tests/ir/test_op_records.py) checks the records are complete.
 
 Families (``FAMILIES``; the same names are used in every layer): constant, elementwise,
 reduction, shape, linear (defined here), and norm, norm_grad, pool, conv, indexing, random,
@@ -83,7 +83,7 @@ def defop(name: str, family: str, arity: Optional[int], *, params: Mapping[str, 
     """Decorator: define RLX op ``name`` with ``fn`` as its type inference. ``params`` is
     its parameter schema (``{}`` for none); ``regions`` names the node's regions
     (``Node.regions``, never params); ``backward`` the backward ops its VJP rule emits
-    (``OpDef.backward``; tests/test_op_records.py checks each is an op)."""
+    (``OpDef.backward``; tests/ir/test_op_records.py checks each is an op)."""
     if effect not in EFFECTS:
         raise ValueError(f"op {name}: effect {effect!r} is not one of {EFFECTS}")
     if family not in FAMILIES:

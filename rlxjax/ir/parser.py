@@ -4,7 +4,7 @@
 ids, names, regions and constants (and source lines when printed with ``sources=True``).
 Every node goes through ``Graph.add_node``, so the text is type-checked as it is read;
 an output type that differs from what inference gives is an error naming the line. Tests
-state small graphs this way (tests/test_ir_text.py).
+state small graphs this way (tests/ir/test_ir_text.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact program-shrinking passes on the RLX graph (tests/test_passes.py checks each one
+"""Exact program-shrinking passes on the RLX graph (tests/transforms/test_passes.py checks each one
 leaves every output bit-identical and equal to JAX's).
 
 ``cse``: a node with the same op, the same inputs and equal parameters as an earlier one

@@ -13,7 +13,7 @@ the slices did, for one op instead of two or more. Identical slices are merged b
 first. jnp.split / lax.split become a split in the frontend already (their VJP is then a
 concatenate); the same rule then trims those whose read pieces do not pay (``trim_splits``:
 one read piece of six is a slice again). This pass runs after the grad transform, so
-slices keep their own VJP (tests/test_peephole.py).
+slices keep their own VJP (tests/transforms/test_peephole.py).
 """
 from __future__ import annotations
 

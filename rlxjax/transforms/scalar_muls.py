@@ -18,7 +18,7 @@ subnormal keeps fewer bits, which the scaling cannot bring back), or the result 
   ``round(round(x * a) * b)`` and ``round(x * round(a * b))`` differ in the last bit);
 - an inner product ``x * a`` read by nothing else (else no op is saved).
 
-docs/numerics.md states the bound; tests/test_peephole.py checks the fold against JAX.
+docs/numerics.md states the bound; tests/transforms/test_peephole.py checks the fold against JAX.
 Runs at compile time (``pipeline.BEFORE_LOWERING``, after ``fold_constants``), when the
 precision is known and the cotangent seeds have become scalar constants.
 """

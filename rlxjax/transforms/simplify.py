@@ -1,5 +1,5 @@
 """Exact simplifications of the RLX graph before lowering (each keeps every value
-bit-identical; tests/test_simplify.py checks the numerics are unchanged).
+bit-identical; tests/transforms/test_simplify.py checks the numerics are unchanged).
 
 ``drop_broadcasts``: a ``broadcast_in_dim`` read only by elementwise binary ops whose other
 operand already has the full shape is replaced by a reshape that only inserts size-1
@@ -8,7 +8,7 @@ the program no longer materialises (tiles) the broadcast tensor; where x only la
 leading size-1 dims, x itself is the operand (``drop_unit_reshapes`` does the same for
 explicit reshapes, e.g. flax's bias reshape). ``simplify`` then runs the passes of
 ``cse.py`` (common subexpressions, split backward as concatenate) and ``merge_slices``
-(slices cutting one axis -> one split); tests/test_passes.py, tests/test_peephole.py.
+(slices cutting one axis -> one split); tests/transforms/test_passes.py, tests/transforms/test_peephole.py.
 
 Every pass here changes the graph it is given, in place (and returns a count); run on a
 region (``all_regions``), it changes a graph that its node owns (ir/graph.py), never a

@@ -322,4 +322,4 @@ def test_random_programs_and_their_gradients(case):
                 *args).compile()
             same_on_both_paths(c, *args)
     finally:
-        jax.clear_caches()  # every example jits fresh closures (see tests/test_fuzz.py)
+        jax.clear_caches()  # every example jits fresh closures (see tests/frontend/test_fuzz.py)

@@ -31,13 +31,14 @@ EMITTERS = {"op", "unary", "binary", "compare", "op_with_blocks", "_Op", "conste
 #: has nothing to say about them: reason and the tests that check them instead.
 CHECKED_OTHERWISE = {
     "cond": "control flow (nested blocks; value_inference does not evaluate blocks): "
-            "tests/test_control_flow.py runs lax.cond / lax.switch programs on the reference "
-            "backend against JAX",
-    "while_loop": "control flow (nested blocks): tests/test_control_flow.py runs "
+            "tests/frontend/test_control_flow.py runs lax.cond / lax.switch programs on the "
+            "reference backend against JAX",
+    "while_loop": "control flow (nested blocks): tests/frontend/test_control_flow.py runs "
                   "lax.while_loop / fori_loop / scan programs against JAX",
     "read_state": "reads a Core ML state buffer (iOS18), no value to infer from constants: "
-                  "tests/test_train_mlstate.py trains with state buffers against optax",
-    "write_state": "writes a Core ML state buffer (no output): tests/test_train_mlstate.py",
+                  "tests/training/test_train_mlstate.py trains with state buffers against optax",
+    "write_state": "writes a Core ML state buffer (no output): "
+                   "tests/training/test_train_mlstate.py",
 }
 
 

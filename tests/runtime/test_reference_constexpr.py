@@ -3,7 +3,7 @@ coremltools' own decompression (``materialized_val_inference`` of its op definit
 ``constexpr_cast`` / ``constexpr_affine_dequantize`` / ``constexpr_lut_to_dense`` and iOS18
 ``constexpr_cast`` / ``constexpr_blockwise_shift_scale`` / ``constexpr_lut_to_dense``, over
 shapes, bit widths, block sizes and values. Sub-byte payloads (int4 data, uint4 indices) only
-exist in the weight file: tests/test_compress.py runs them through whole programs, compared
+exist in the weight file: tests/coreml/test_compress.py runs them through whole programs, compared
 with coremltools' dequantisation of the same payload."""
 from __future__ import annotations
 

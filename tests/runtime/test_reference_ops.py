@@ -21,28 +21,30 @@ F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_
 
 #: ops in the registry with no (usable) coremltools value_inference: reason + what checks them.
 OPS_WITHOUT_VALUE_INFERENCE = {
-    "gather_nd": "coremltools' gather_nd has only type_inference; tests/test_indexing.py "
+    "gather_nd": "coremltools' gather_nd has only type_inference; tests/frontend/test_indexing.py "
                  "checks it against numpy indexing and, through programs, against JAX",
-    "scatter_nd": "coremltools' scatter_nd has only type_inference; tests/test_indexing.py "
-                  "checks it against numpy ufunc.at and, through programs, against JAX",
+    "scatter_nd": "coremltools' scatter_nd has only type_inference; "
+                  "tests/frontend/test_indexing.py checks it against numpy ufunc.at and, "
+                  "through programs, against JAX",
     "silu": "coremltools defines silu with no value_inference; "
             "test_silu_vs_jax checks it against jax.nn.silu",
     "one_hot": "coremltools' one_hot has only type_inference; "
                "test_one_hot_vs_jax checks it against jax.nn.one_hot",
-    "conv": "coremltools' conv has only type_inference; tests/test_conv.py::"
+    "conv": "coremltools' conv has only type_inference; tests/frontend/test_conv.py::"
             "test_reference_conv_vs_jax checks it against lax.conv_general_dilated",
     "batch_norm": "coremltools' batch_norm has only type_inference; test_batch_norm_vs_float64 "
-                  "checks it against float64 numpy, tests/test_native_linear.py against JAX",
+                  "checks it against float64 numpy, tests/coreml/test_native_linear.py against JAX",
     "random_bernoulli": "random: no value to infer (Core ML's generator is its own); "
-                        "tests/test_random.py checks its distribution, dtypes and seeds",
-    "random_uniform": "random: no value to infer; tests/test_random_device.py checks its "
+                        "tests/random/test_random.py checks its distribution, dtypes and seeds",
+    "random_uniform": "random: no value to infer; tests/random/test_random_device.py checks its "
                       "distribution (KS test against scipy.stats.uniform) and seeds",
-    "random_normal": "random: no value to infer; tests/test_random_device.py checks its "
+    "random_normal": "random: no value to infer; tests/random/test_random_device.py checks its "
                      "distribution (KS test against scipy.stats.norm) and seeds",
 }
 #: Core ML state ops (iOS18): they read / write a state buffer, so there is no value to infer
-#: from constants; tests/test_train_mlstate.py runs a stateful program coremltools emits and
-#: mlstate training (exact against io mode, within 1e-4 of optax) on the reference backend.
+#: from constants; tests/training/test_train_mlstate.py runs a stateful program coremltools
+#: emits and mlstate training (exact against io mode, within 1e-4 of optax) on the reference
+#: backend.
 STATE_OPS = {"read_state", "write_state"}
 # Partially covered ops (cross-checked, plus dedicated tests for the part coremltools gets wrong):
 # concat interleave=True (value_inference ignores interleave) -> test_concat_interleave;

@@ -10,7 +10,7 @@ for negative values too.
 
 reduce_precision is the float arithmetic of Veltkamp's splitting, checked bit for bit
 against XLA's integer algorithm (exhaustively for fp16, per binade for fp32) in
-tests/test_reduce_precision.py.
+tests/frontend/test_reduce_precision.py.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 MIL's matmul takes two operands of one dtype (fp16, fp32, int32) and returns that dtype, so
 the dtype combinations JAX allows are brought to one first, as XLA's CPU backend computes
 them (checked against ``jax.jit`` for every pair of operand dtypes and every
-``preferred_element_type``, tests/test_int8.py):
+``preferred_element_type``, tests/coreml/test_int8.py):
 
 - in general both operands are converted to the result dtype and multiplied in it: int8 x
   int8 -> int32, float16 x float16 -> float32, int8 x float32 -> float32 (mixed operands);

@@ -9,7 +9,7 @@ Only pad_type "valid" and "custom" are implemented: the op definition describes 
 in two ways that disagree (a stride-free formula in its docstring, a stride-dependent one
 in its type inference), rlxjax never emits it, and guessing is not an option here.
 
-coremltools has no value_inference for conv; tests/test_conv.py checks this
+coremltools has no value_inference for conv; tests/frontend/test_conv.py checks this
 implementation against jax.lax.conv_general_dilated. fp16 sums accumulate in fp32 and are
 rounded once (see linear.py).
 """

@@ -1,7 +1,7 @@
 """gather_nd / scatter_nd (coremltools iOS15 scatter_gather.py, iOS16/iOS17 overrides).
 
 coremltools gives neither op a value_inference, so these follow the op docs; the tests in
-tests/test_indexing.py check them against numpy/JAX indexing. Out-of-range indices raise
+tests/frontend/test_indexing.py check them against numpy/JAX indexing. Out-of-range indices raise
 (iOS17 calls them undefined behaviour; rlxjax never emits them, so a hit is a bug).
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ the state's content into a new value; ``write_state`` (what ``coreml_update_stat
 serialised to, ``backend/mil/load.py``) replaces the content with ``data``, whose type must
 be the state's wrapped type, and has no outputs. coremltools has no value inference for
 either op (they carry no values at conversion time), so these are checked by running
-programs coremltools itself emits (tests/test_train_mlstate.py).
+programs coremltools itself emits (tests/training/test_train_mlstate.py).
 """
 from __future__ import annotations
 

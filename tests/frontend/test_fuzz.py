@@ -1,0 +1,253 @@
+"""Random-program fuzzer: random well-typed JAX programs (tests/fuzz_programs.py) compiled
+with ``rlxjax.coreml_jit`` and ``rlxjax.coreml_grad``, run on the reference backend and
+compared with ``jax.jit`` / ``jax.grad`` of the same function.
+
+Oracle and tolerance. A random program can be ill-conditioned (a sum that cancels, a norm
+over a nearly constant row), and then no fp32 evaluation is close to the exact result:
+JAX's and rlxjax's fp32 answers can both be right and differ by much more than a few ulps.
+So each float result is judged against the float64 evaluation of the same program (the
+interpreter run under ``jax.enable_x64`` with float64 inputs holding the same values) and
+must satisfy, elementwise,
+
+    |rlxjax − f64| <= K · |jax_fp32 − f64| + RTOL · (|f64| + max|f64 over the array|)
+
+i.e. rlxjax is at most K times less accurate than JAX's own fp32 evaluation, up to a floor
+of RTOL relative to the element's size plus the array's scale (the max term absorbs
+cancellation: an element that is a small difference of large terms is judged on the
+terms' scale). K = 8 allows a different summation/association order (error bounds of sums
+grow with the number of terms, and two orders can differ by a few times on an unlucky
+example). RTOL = 1e-6 ≈ 17 ulps of fp32 (u = 2^-24 ≈ 6e-8): calibrated on ~250 random
+programs (forward and gradients), the excess error beyond K·|jax − f64| never exceeded
+6.4e-8 of that scale (about 1 ulp), so the floor leaves a 16x margin, while a 3e-5 relative
+error injected into the reference backend's ``tanh`` is detected where it reaches an output
+undamped (1 of the 3 programs using tanh in a 150-program sample; not at RTOL = 3e-5). The generator keeps programs
+meaningful to compare at all: magnitudes bounded, domains off singularities (see
+tests/fuzz_programs.py). For forward results the scale also includes the first-order effect
+of rounding any intermediate value, max_k |dL/dv_k · v_k| (L the weighted sum of the
+outputs; computed in float64): a batch norm over a column made constant by broadcasting
+turns a 1-ulp difference in the computed mean into rsqrt(eps) times that.
+For gradients the scale also includes the largest cotangent of
+any intermediate value (computed in float64 through zero "taps" added to every value): an
+input's gradient is a sum of such terms and may cancel to ~0 -- d/dc of a layer norm of a
+constant row [c, c] is exactly 0 while its two terms are ±3, and one ulp of those is all
+either fp32 evaluation can promise (``test_pinned_programs``).
+Integer and bool results are exact: they only depend on *exact* values (see the generator),
+so they must equal JAX's bit for bit.
+
+Modes: the default suite runs ``RLXJAX_FUZZ_EXAMPLES`` (default 10 forward, 6 gradient)
+derandomized examples of each test (reproducible in CI; ~15 s of CPU). Long mode, e.g.::
+
+    RLXJAX_FUZZ_EXAMPLES=2000 python -m pytest -q tests/frontend/test_fuzz.py -m "slow or not slow"
+
+runs the ``slow`` tests with that many fresh random examples (300 when the variable is
+unset), and the default tests with that many derandomized ones.
+Every failure found this way is fixed and pinned as a deterministic test at the end of
+this file (``PINNED`` programs, and plain regression tests of the bug itself).
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import rlxjax
+from fuzz_interp import Program, make_inputs, run
+from fuzz_programs import programs
+
+K_JAX = 8.0
+RTOL = 1e-6
+
+_ENV = os.environ.get("RLXJAX_FUZZ_EXAMPLES")
+N_EXAMPLES = int(_ENV or 10)
+_COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
+DEFAULT = settings(max_examples=N_EXAMPLES, derandomize=True, **_COMMON)
+# a gradient example costs ~3x a forward one (two traces, a transform, two references)
+DEFAULT_GRAD = settings(DEFAULT, max_examples=int(_ENV or 6))
+LONG = settings(max_examples=int(_ENV or 300), derandomize=False, database=None, **_COMMON)
+
+
+def _f64(fun, args):
+    with jax.enable_x64(True):
+        a64 = [np.asarray(a, np.float64) if np.asarray(a).dtype == np.float32 else a
+               for a in args]
+        return jax.tree_util.tree_map(np.asarray, fun(a64, jnp.float64))
+
+
+def assert_close_to_truth(got, want32, want64, what, terms=0.0):
+    g_l, g_t = jax.tree_util.tree_flatten(got)
+    w_l, w_t = jax.tree_util.tree_flatten(want32)
+    e_l = jax.tree_util.tree_leaves(want64)
+    assert g_t == w_t, (what, g_t, w_t)
+    for k, (g, w, e) in enumerate(zip(g_l, w_l, e_l)):
+        g, w, e = np.asarray(g), np.asarray(w), np.asarray(e)
+        assert g.shape == w.shape and g.dtype == w.dtype, (what, k, g.shape, g.dtype, w.shape,
+                                                          w.dtype)
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, w, err_msg=f"{what} output {k}")
+            continue
+        assert np.all(np.isfinite(e)), f"{what} output {k}: float64 reference not finite"
+        err = np.abs(g.astype(np.float64) - e)
+        err_jax = np.abs(w.astype(np.float64) - e)
+        scale = np.abs(e) + (np.max(np.abs(e)) if e.size else 0.0) + terms
+        bound = K_JAX * err_jax + RTOL * scale
+        bad = ~(err <= bound)
+        if bad.any():
+            idx = tuple(np.argwhere(bad)[0])
+            raise AssertionError(
+                f"{what} output {k}: {int(bad.sum())}/{bad.size} elements off; first at {idx}: "
+                f"rlxjax {g[idx]!r} jax {w[idx]!r} f64 {e[idx]!r} (bound {bound[idx]:.3g})")
+
+
+def check_program(prog):
+    args = make_inputs(prog)
+
+    def fun(*a):
+        return run(prog, a)
+
+    got = rlxjax.coreml_jit(fun, backend="reference")(*args)
+    want = jax.jit(fun)(*args)
+    want64 = _f64(lambda a, ft: run(prog, a, ft), args)
+    assert_close_to_truth(got, want, want64, "coreml_jit", _sensitivity_scale(prog, args))
+
+
+def _tapped_cotangents(prog, a, ft):
+    """float64 pool values and the cotangent of each under the weighted-sum loss."""
+    pool = run(prog, a, ft, full=True)
+    taps = [jnp.zeros(v.shape, ft) if jnp.issubdtype(v.dtype, jnp.floating) else None
+            for v in pool]
+    cts = jax.grad(lambda t: _loss(prog, ft, taps=t)(*a))(taps)
+    return pool, cts
+
+
+def _sensitivity_scale(prog, args):
+    """First-order effect of rounding every intermediate value: max_k |dL/dv_k · v_k| for the
+    weighted-sum loss L of the outputs (float64). A well-conditioned program has it of the
+    size of its outputs; a norm over a row made constant by broadcasting has it ~1/sqrt(eps)
+    times larger -- the mean of three equal fp32 values is not always that value, and the
+    1-ulp difference is multiplied by rsqrt(eps)."""
+    def f(a, ft):
+        pool, cts = _tapped_cotangents(prog, a, ft)
+        return max([0.0] + [float(jnp.max(jnp.abs(c * v))) for c, v in zip(cts, pool)
+                            if c is not None and c.size])
+    return _f64(f, args)
+
+
+def _loss(prog, ft, taps=None):
+    weights = [np.random.default_rng(prog.seed + 1 + k) for k in range(len(prog.outputs))]
+
+    def loss(*a):
+        total = jnp.zeros((), ft)
+        for w_rng, o in zip(weights, run(prog, a, ft, taps)):
+            if jnp.issubdtype(o.dtype, jnp.floating):
+                w = w_rng.uniform(-1, 1, o.shape).astype(np.float32).astype(ft)
+                total = total + jnp.sum(o * w)
+        return total
+    return loss
+
+
+def check_grad(prog):
+    args = make_inputs(prog)
+    argnums = tuple(k for k, (_, kind) in enumerate(prog.inputs) if kind == "f")
+    got = rlxjax.coreml_grad(_loss(prog, jnp.float32), argnums=argnums,
+                             backend="reference")(*args)
+    want = jax.grad(_loss(prog, jnp.float32), argnums=argnums)(*args)
+    want64 = _f64(lambda a, ft: jax.grad(_loss(prog, ft), argnums=argnums)(*a), args)
+    assert_close_to_truth(got, want, want64, "coreml_grad", _cotangent_scale(prog, args))
+
+
+def _cotangent_scale(prog, args):
+    """Largest cotangent of any intermediate value (float64): an input's gradient is a sum
+    of such terms, so its rounding error scales with them even where the sum cancels."""
+    def f(a, ft):
+        _, cts = _tapped_cotangents(prog, a, ft)
+        return max([0.0] + [float(jnp.max(jnp.abs(c))) for c in jax.tree_util.tree_leaves(cts)
+                            if c.size])
+    return _f64(f, args)
+
+
+def _one(check, prog):
+    try:
+        check(prog)
+    finally:
+        # every example jits fresh closures; without this JAX's caches grow by tens of MB
+        # per example (2 GB after a few hundred gradient examples)
+        jax.clear_caches()
+
+
+@DEFAULT
+@given(programs())
+def test_fuzz_jit(case):
+    _one(check_program, case[0])
+
+
+@DEFAULT_GRAD
+@given(programs())
+def test_fuzz_grad(case):
+    _one(check_grad, case[0])
+
+
+@pytest.mark.slow
+@LONG
+@given(programs(max_steps=14))
+def test_fuzz_jit_long(case):
+    _one(check_program, case[0])
+
+
+@pytest.mark.slow
+@LONG
+@given(programs(max_steps=14))
+def test_fuzz_grad_long(case):
+    _one(check_grad, case[0])
+
+
+# Programs the long runs flagged, kept as deterministic checks (see the notes of each).
+PINNED = {
+    # oracle false positive, not an rlxjax bug: the gradient of layer_norm([c, c]) w.r.t. c
+    # is a sum of two terms ±3 that cancels exactly; rlxjax gives -8.9e-8 (half an ulp of
+    # the terms), JAX 0.0. Before the cotangent scale the bound was 1.8e-15.
+    "layernorm_constant_row_grad": (Program(
+        inputs=[((), "f"), ((2,), "i")],
+        steps=[("sub", [0, 0], {}), ("ge", [1, 1], {}),
+               ("select_n", [1, 1, 1, 1], {}), ("where", [3, 0, 2], {}),
+               ("layer_norm", [5], {"axis": 0, "eps": 0.1, "seed": 153341, "g": True,
+                                    "b": False, "rms": False})],
+        outputs=[6], seed=4194303), check_grad),
+    # oracle false positive: batch_norm_train over a column of three equal values
+    # (logsumexp of a broadcast scalar). The computed fp32 mean of three equal values can
+    # differ from them by an ulp; times rsqrt(eps = 1e-3) that moved y by 2.5e-6 from beta
+    # (JAX happened to be exact). Within the kappa bound of tests/coreml/test_norm_numerics.py.
+    "batchnorm_constant_column": (Program(
+        inputs=[((), "f"), ((3, 2, 2), "f")],
+        steps=[("ne", [0, 0], {}), ("not", [2], {}), ("where", [3, 0, 1], {}),
+               ("logsumexp", [4], {"axis": 2}),
+               ("batch_norm_train", [5], {"axis": 1, "eps": 0.001, "seed": 5006, "which": 0})],
+        outputs=[6], seed=32458), check_program),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_pinned_programs(name):
+    prog, check = PINNED[name]
+    _one(check, prog)
+
+
+def test_matmul_of_two_constants_in_a_gradient():
+    """Found by test_fuzz_grad: d/dx sum((x @ C) * W) is W @ C.T, a matmul of two program
+    constants (matmul is never constant-folded: its output dtype rule needs the declared
+    types). The reference backend's accelerated path (runtime/reference/accelerated/
+    prepared.py) read its first operand from the environment under the name None (KeyError)
+    whenever the second one was a constant, without checking that the first was not one
+    too."""
+    c = np.array([[-0.745, -0.0757]], np.float32)
+    w = np.array([[0.3, -0.2], [0.5, 0.1]], np.float32)
+    x = np.array([[-1.65], [-1.05]], np.float32)
+
+    def loss(x):
+        return jnp.sum((x @ c) * w)
+
+    got = rlxjax.coreml_grad(loss, backend="reference")(x)
+    np.testing.assert_allclose(got, jax.grad(loss)(x), rtol=1e-6, atol=1e-7)
