@@ -1,4 +1,4 @@
-"""rlxjax.nn: the norm family as JAX primitives.
+"""rlxjax.nn: the norm family (and dropout) as JAX primitives.
 
 Each function binds exactly one primitive (one equation in ``jax.make_jaxpr``) that the
 rlxjax frontend lowers to hand-written Core ML ops, and is an ordinary JAX function too:
