@@ -70,7 +70,7 @@ class CoreMLExecutable(Executable):
 
 
 class CoreMLFormat(Format):
-    name = "coreml"
+    name = "mlpackage"
     suffix = MLPACKAGE_SUFFIX
     default_target = "iOS17"
 

@@ -30,7 +30,7 @@ class Entry:
 
 #: every format rlxjax writes; the first is the default
 REGISTRY: Dict[str, Entry] = {e.name: e for e in (
-    Entry("coreml", "rlxjax.coreml.format", "rlxjax.coreml.targets", ".mlpackage",
+    Entry("mlpackage", "rlxjax.coreml.format", "rlxjax.coreml.targets", ".mlpackage",
           "Core ML ML Program (MIL protobuf + weight blob); runs on Core ML (macOS) or the "
           "reference MIL interpreter"),
 )}
