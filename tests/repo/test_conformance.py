@@ -24,33 +24,34 @@ def _tool():
 
 C = _tool()
 HARNESSES = C.harnesses()
-SAMPLE = set(C.sample(HARNESSES, C.DEFAULT_SAMPLE))
-APPLICABLE = [i for i, h in enumerate(HARNESSES) if C.not_applicable(h) is None]
+SAMPLE = {HARNESSES[i].fullname for i in C.sample(HARNESSES, C.DEFAULT_SAMPLE)}
+# By name, in name order: JAX builds its harness list partly from sets of dtypes, whose
+# order can differ between processes, so an index would name another harness on another
+# pytest-xdist worker (and the workers would collect the tests in different orders).
+BY_NAME = {h.fullname: h for h in HARNESSES}
+APPLICABLE = sorted(n for n, h in BY_NAME.items() if C.not_applicable(h) is None)
 
 
-def _id(i):
-    h = HARNESSES[i]
-    name = h.fullname if len(h.fullname) <= 60 else (
-        f"{h.fullname[:50]}~{zlib.crc32(h.fullname.encode()):08x}")
-    return name
+def _id(name):
+    return name if len(name) <= 60 else f"{name[:50]}~{zlib.crc32(name.encode()):08x}"
 
 
 def _params(sampled: bool):
     out = []
-    for i in APPLICABLE:
-        if (i in SAMPLE) != sampled:
+    for name in APPLICABLE:
+        if (name in SAMPLE) != sampled:
             continue
         for kind in ("fwd", "grad"):
             marks = [] if sampled else [pytest.mark.slow]
-            known = C.KNOWN_WRONG.get(HARNESSES[i].fullname)
+            known = C.KNOWN_WRONG.get(name)
             if known:
                 marks.append(pytest.mark.xfail(reason=known, strict=True))
-            out.append(pytest.param(i, kind, id=f"{kind}-{_id(i)}", marks=marks))
+            out.append(pytest.param(name, kind, id=f"{kind}-{_id(name)}", marks=marks))
     return out
 
 
-def _check(i, kind):
-    h = HARNESSES[i]
+def _check(name, kind):
+    h = BY_NAME[name]
     status, detail = (C.run_forward if kind == "fwd" else C.run_grad)(h)
     assert status not in ("wrong", "crash"), f"{h.fullname} ({kind}): {status}: {detail}"
     if status == "unsupported":
@@ -59,11 +60,11 @@ def _check(i, kind):
                      f"tools/conformance.py UNSUPPORTED: {detail}")
 
 
-@pytest.mark.parametrize("i, kind", _params(sampled=True))
-def test_harness_sample(i, kind):
-    _check(i, kind)
+@pytest.mark.parametrize("name, kind", _params(sampled=True))
+def test_harness_sample(name, kind):
+    _check(name, kind)
 
 
-@pytest.mark.parametrize("i, kind", _params(sampled=False))
-def test_harness_all(i, kind):
-    _check(i, kind)
+@pytest.mark.parametrize("name, kind", _params(sampled=False))
+def test_harness_all(name, kind):
+    _check(name, kind)
