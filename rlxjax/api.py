@@ -181,7 +181,8 @@ class Compiled:
         return self.executable.operations()
 
     def op_histogram(self, include_const: bool = False) -> Dict[str, int]:
-        c = Counter(op.type for op in self.mil_ops() if include_const or op.type != "const")
+        const = self.executable.const_op
+        c = Counter(op.type for op in self.mil_ops() if include_const or op.type != const)
         return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def cost_analysis(self) -> dict:
@@ -242,7 +243,7 @@ class CoreMLFunction:
             raise ArgumentError(f"precision must be 'fp32' or 'fp16', got {precision!r}")
         self.target = formats.resolve_target(target, format)  # once: a Target from here on
         self.precision = precision
-        self.backend = resolve_backend(backend)
+        self.backend = resolve_backend(backend, format)
         check_random_mode(random)
         self.random = random
         self._cache: Dict[Any, Compiled] = {}
@@ -341,9 +342,10 @@ def _struct(x):
     return tuple(shape), dtype
 
 
-def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = "iOS17",
+def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str | None = None,
                precision: str = "fp32", backend: str | None = None,
-               random: str | None = None, flexible: dict | None = None):
+               random: str | None = None, flexible: dict | None = None,
+               format: str = formats.DEFAULT):
     """Compile ``fun`` into a Core ML ML Program, like ``jax.jit``.
 
     Returns a callable that compiles once per input signature and runs on ``backend``
@@ -364,11 +366,16 @@ def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str = 
     upper)}}`` (upper None: unbounded), e.g. ``flexible={"x": {0: (1, 64)}}``. Axes given
     the same bounds share one size. ``.lower()`` also takes ``jax.ShapeDtypeStruct``s with
     ``jax.export.symbolic_shape`` dims for the same effect.
+
+    ``format``: ``"mlpackage"`` (Core ML, the default; ``target`` default iOS17) or
+    ``"aimodel"`` (Core AI, first slice: docs/coreai.md; target iOS27, backend "coreai",
+    Apple's runtime; needs ``rlxjax[coreai]``).
     """
     if fun is None:
         return lambda f: coreml_jit(f, static_argnums=static_argnums, target=target,
                                     precision=precision, backend=backend, random=random,
-                                    flexible=flexible)
+                                    flexible=flexible, format=format)
     if not callable(fun):
         raise ArgumentError(f"coreml_jit expects a callable, got {type(fun).__name__}")
-    return CoreMLFunction(fun, static_argnums, target, precision, backend, random, flexible)
+    return CoreMLFunction(fun, static_argnums, target, precision, backend, random, flexible,
+                          format=format)

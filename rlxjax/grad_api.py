@@ -142,12 +142,13 @@ def coreml_value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0,
 
 
 def _jit_kw(opts):
-    allowed = {"static_argnums", "target", "precision", "backend", "random", "flexible"}
+    allowed = {"static_argnums", "target", "precision", "backend", "random", "flexible",
+               "format"}
     unknown = set(opts) - allowed
     if unknown:
         raise ArgumentError(f"unknown option(s) {sorted(unknown)}; coreml_grad takes "
                             f"{sorted(allowed)}")
-    kw = dict(static_argnums=(), target="iOS17", precision="fp32", backend=None, random=None,
+    kw = dict(static_argnums=(), target=None, precision="fp32", backend=None, random=None,
               flexible=None)
     kw.update(opts)
     return kw

@@ -24,15 +24,19 @@ class Entry:
     name: str     # what ``format=`` names
     module: str   # the module defining ``FORMAT``, imported on first use
     targets: str  # a light module whose ``get_target(name)`` resolves target names
+    default_target: str
     suffix: str   # a package's path suffix
     summary: str
 
 
 #: every format rlxjax writes; the first is the default
 REGISTRY: Dict[str, Entry] = {e.name: e for e in (
-    Entry("mlpackage", "rlxjax.coreml.format", "rlxjax.coreml.targets", ".mlpackage",
+    Entry("mlpackage", "rlxjax.coreml.format", "rlxjax.coreml.targets", "iOS17", ".mlpackage",
           "Core ML ML Program (MIL protobuf + weight blob); runs on Core ML (macOS) or the "
           "reference MIL interpreter"),
+    Entry("aimodel", "rlxjax.coreai.format", "rlxjax.coreai.targets", "iOS27", ".aimodel",
+          "Core AI program (MLIR coreai dialect bytecode; first slice: forward and gradient "
+          "programs of dense models); runs on Apple's Core AI runtime (coreai-core)"),
 )}
 DEFAULT = next(iter(REGISTRY))
 
@@ -60,7 +64,8 @@ def resolve_target(target, name: str = DEFAULT):
     entry = REGISTRY.get(name)
     if entry is None:
         get(name)  # the unknown-format error
-    return importlib.import_module(entry.targets).get_target(target)
+    return importlib.import_module(entry.targets).get_target(
+        entry.default_target if target is None else target)
 
 
 def for_path(path: str):

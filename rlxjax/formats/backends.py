@@ -14,7 +14,11 @@ import platform
 
 from ..errors import BackendUnavailableError, RlxError
 
-BACKENDS = ("reference", "reference-fast", "coreml")
+BACKENDS = ("reference", "reference-fast", "coreml")  # Core ML's
+#: format -> the backends that run its programs (the first the default, but for Core ML's
+#: whose default depends on the OS)
+FORMAT_BACKENDS = {"mlpackage": ("reference", "reference-fast", "coreml"),
+                   "aimodel": ("coreai",)}
 REFERENCE_BACKENDS = ("reference", "reference-fast")
 
 
@@ -26,8 +30,18 @@ def default_backend() -> str:
     return "coreml" if is_macos() else "reference"
 
 
-def resolve_backend(name: str | None) -> str:
+def resolve_backend(name: str | None, format: str = "mlpackage") -> str:
+    """``name`` checked against the backends of ``format`` (None: its default)."""
+    runs = FORMAT_BACKENDS.get(format, BACKENDS)
+    if format != "mlpackage":
+        name = runs[0] if name is None else name
+        if name not in runs:
+            raise RlxError(f"backend={name!r} cannot run a format={format!r} program; choose "
+                           f"one of {runs} or None")
+        return name
     name = default_backend() if name is None else name
+    if name == "coreai":
+        raise RlxError("backend='coreai' runs Core AI programs: compile with format='aimodel'")
     if name not in BACKENDS:
         raise RlxError(f"unknown backend {name!r}; choose one of {BACKENDS} or None")
     if name == "coreml" and not is_macos():

@@ -39,6 +39,8 @@ class Executable(abc.ABC):
 
     input_specs: tuple
     output_specs: tuple
+    #: the operation type of a constant (``operations``); op histograms leave them out
+    const_op: str = "const"
 
     @property
     @abc.abstractmethod

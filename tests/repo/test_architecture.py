@@ -148,7 +148,8 @@ def test_no_module_over_500_lines():
 
 #: the modules of a format that run and load its programs (formats/base.py): they reach the
 #: runtime; the rest of the format's folder is the compile path
-FORMAT_RUNTIME_SIDE = ("rlxjax.coreml.format", "rlxjax.coreml.loaded")
+FORMAT_RUNTIME_SIDE = ("rlxjax.coreml.format", "rlxjax.coreml.loaded", "rlxjax.coreai.format",
+                       "rlxjax.coreai.worker")
 
 
 def test_compile_path_does_not_import_the_reference_interpreter():
@@ -157,7 +158,8 @@ def test_compile_path_does_not_import_the_reference_interpreter():
     format object and its loader run programs, so they may; nothing of the compile path
     imports them."""
     edges = import_graph()
-    compile_path = [m for m in edges if m.startswith(("rlxjax.coreml", "rlxjax.transforms"))
+    compile_path = [m for m in edges if m.startswith(("rlxjax.coreml", "rlxjax.coreai",
+                                                      "rlxjax.transforms"))
                     and m not in FORMAT_RUNTIME_SIDE]
     bad = sorted((m, t) for m in compile_path for t in edges[m]
                  if t.startswith("rlxjax.runtime") or t in FORMAT_RUNTIME_SIDE)
@@ -168,7 +170,7 @@ def test_compile_path_does_not_import_the_reference_interpreter():
 NEUTRAL = ("rlxjax.api", "rlxjax.grad_api", "rlxjax.load", "rlxjax.loaded", "rlxjax.calling",
            "rlxjax.metadata", "rlxjax.program", "rlxjax.signature", "rlxjax.formats",
            "rlxjax.training", "rlxjax.frontend", "rlxjax.transforms", "rlxjax.ir")
-FORMAT_PACKAGES = ("rlxjax.coreml", "rlxjax.runtime")
+FORMAT_PACKAGES = ("rlxjax.coreml", "rlxjax.coreai", "rlxjax.runtime")
 
 
 def test_neutral_layers_import_no_format_module():

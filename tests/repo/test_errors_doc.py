@@ -138,6 +138,12 @@ def _compile_cli():
     parse_example("f64[3]")
 
 
+def _coreai_runtime(tmp):
+    from rlxjax.coreai.worker import run
+
+    run(os.path.join(tmp, "missing.aimodel"), "main", {"x": np.ones(2, np.float32)})
+
+
 def _ir_parse():
     from rlxjax.ir.parser import parse_graph
 
@@ -162,6 +168,7 @@ TRIGGERS = {  # class name -> (callable(tmp_path), regex the message must match)
     "PackageError": (lambda tmp: _package_save(str(tmp)), r"\.mlpackage"),
     "ReferenceRuntimeError": (lambda tmp: _reference_runtime(), "not an mlProgram"),
     "ReferenceStateError": (lambda tmp: _reference_state(), "holds float16"),
+    "CoreAIRuntimeError": (lambda tmp: _coreai_runtime(str(tmp)), "the Core AI runtime"),
     "InspectError": (lambda tmp: _inspect(str(tmp)), "no such file"),
     "CompileCommandError": (lambda tmp: _compile_cli(), "unknown dtype"),
     "GraphVerificationError": (lambda tmp: _graph_verification(), "duplicate input"),

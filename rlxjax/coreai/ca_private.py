@@ -1,0 +1,135 @@
+"""Every use of coreai-core (Apple's Core AI authoring API and runtime), in one module.
+
+coreai-core is young (1.0.0b3) and its authoring API builds a graph from a Python function's
+annotations; this module pins the version it was written against, turns the missing package
+into a clear error, and offers what the lowering needs: ``build`` (a program from input and
+output specs and a body), ``save`` (an ``.aimodel`` with rlxjax's metadata as custom
+metadata) and ``run`` (used only by worker.py, in a worker process: the runtime kills the
+process on some bad programs).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import keyword
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import BackendUnavailableError
+
+#: the coreai-core version this module was written and tested against
+PINNED = "1.0.0b3"
+_INSTALL = 'pip install "rlxjax[coreai]"'
+
+Spec = Tuple[str, Tuple[int, ...], str]  # (name, shape, numpy dtype name)
+
+
+def coreai():
+    """``coreai.authoring``, or a clear error naming the extra to install."""
+    try:
+        version = importlib.metadata.version("coreai-core")
+    except importlib.metadata.PackageNotFoundError:
+        raise BackendUnavailableError(
+            f"format='aimodel' needs Apple's coreai-core: {_INSTALL}") from None
+    if version != PINNED:
+        raise BackendUnavailableError(
+            f"format='aimodel' was written against coreai-core {PINNED}, found {version}: "
+            f'pip install "coreai-core=={PINNED}"')
+    import coreai.authoring as ca
+
+    return ca
+
+
+def constant(value):
+    """A ``coreai.constant`` holding ``value`` (a numpy array, its dtype kept)."""
+    coreai()
+    from coreai.authoring.constant import constant as make
+
+    return make(value)
+
+
+def dtype(name: str):
+    ca = coreai()
+    return {"float32": ca.float32, "float16": ca.float16, "int32": ca.int32,
+            "bool": ca.bool_}[name]
+
+
+def build(fn_name: str, inputs: Sequence[Spec], outputs: Sequence[Spec],
+          body: Callable[[List[object]], List[object]]):
+    """An ``AIProgram`` with one function ``fn_name`` whose named inputs and outputs are
+    ``inputs`` / ``outputs`` and whose body is ``body(input values) -> output values``.
+    The authoring API reads a graph's signature from a function's annotations, so one is
+    made with them (output names are required: a function without them loads with no
+    outputs and aborts the runtime when called)."""
+    ca = coreai()
+    from typing import Annotated
+
+    def annotated(spec):
+        name, shape, dt = spec
+        return Annotated[ca.Value, ca.TensorSpec(tuple(shape), dtype(dt), name=name)]
+
+    # the runtime names a function's inputs after the Python parameters: feature names,
+    # identifiers already (rlxjax/signature.py feature_name), never keywords there
+    arg_names = [s[0] for s in inputs]
+    if any(keyword.iskeyword(a) or not a.isidentifier() for a in arg_names):
+        raise ValueError(f"internal: feature names {arg_names} are not all identifiers")
+    ns: Dict[str, object] = {"__rlx_body": body}
+    exec(f"def {fn_name}({', '.join(arg_names)}):\n"  # noqa: S102 - identifiers checked above
+         f"    return tuple(__rlx_body([{', '.join(arg_names)}]))\n", ns)
+    fn = ns[fn_name]
+    fn.__annotations__ = {a: Annotated[ca.Value, ca.TensorSpec(tuple(s[1]), dtype(s[2]),
+                                                               name=s[0])]
+                          for a, s in zip(arg_names, inputs)}
+    fn.__annotations__["return"] = tuple[tuple(annotated(s) for s in outputs)]
+    module = ca.Module.create()
+    with module:
+        ca.graph(fn)
+    return ca.AIProgram(module)
+
+
+def verify(program) -> None:
+    """Run the coreai dialect's verifier on ``program`` (``ValidationError`` on failure).
+    (``AIProgram`` keeps its authoring ``Module`` in a private attribute: read here only.)"""
+    from ..errors import ValidationError
+
+    try:
+        program._module.verify()  # noqa: SLF001
+    except Exception as e:  # noqa: BLE001 - any verifier failure is a bug in the lowering
+        raise ValidationError(f"the coreai dialect's verifier rejected the program: "
+                              f"{type(e).__name__}: {e}") from e
+
+
+def save(program, path: str, metadata: Dict[str, str]) -> None:
+    """Write ``program`` as the ``.aimodel`` folder ``path`` (which must not exist), with
+    ``metadata`` as its custom metadata (rlxjax/metadata.py's keys, JSON strings)."""
+    from pathlib import Path
+
+    asset = program.save_asset(Path(path))
+
+    def update(m):
+        for k, v in metadata.items():
+            m.set_custom(k, v)
+
+    asset.update_metadata(updates=update)
+
+
+def read_metadata(path: str) -> Dict[str, str]:
+    ca = coreai()
+    meta = ca.AIModelAsset.load(path).metadata.creator_defined_metadata
+    return {k: v for k, v in meta.items() if isinstance(v, str)}
+
+
+def run(path: str, function: str, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Run ``function`` of the asset at ``path`` on the Core AI runtime (worker.py only)."""
+    import asyncio
+
+    ca = coreai()
+    from coreai.runtime import NDArray
+
+    async def go():
+        async with ca.AIModelAsset.load(path).executable() as model:
+            fn = model.load_function(function)
+            out = await fn({k: NDArray(np.ascontiguousarray(v)) for k, v in feeds.items()})
+            return {k: np.array(v.numpy()) for k, v in out.items()}
+
+    return asyncio.run(go())

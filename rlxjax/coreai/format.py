@@ -1,0 +1,144 @@
+"""The Core AI format (rlxjax/formats/): a ``Program`` as a ``coreai`` program in an
+``.aimodel``, run on Apple's Core AI runtime in a worker process (worker.py).
+
+First slice: forward and gradient programs of the ops lower.py knows, fp32, static shapes,
+no states; everything else is refused with an error naming what is missing.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections import namedtuple
+from typing import Dict, Tuple
+
+from .. import metadata
+from ..atomic import replace_dir, staging_dir
+from ..errors import ArgumentError, PackageError, RlxError
+from ..formats.base import Executable, Format
+from .targets import DEFAULT, Target, get_target
+
+SUFFIX = ".aimodel"
+Op = namedtuple("Op", "type")
+
+
+class CoreAIExecutable(Executable):
+    def __init__(self, program, asset_dir: str, in_specs, out_specs, meta: Dict[str, str],
+                 keep_alive):
+        self.spec = program          # coreai.authoring.AIProgram
+        self.weights_dir = asset_dir  # the saved .aimodel the runtime loads
+        self.input_specs, self.output_specs = tuple(in_specs), tuple(out_specs)
+        self._meta = meta
+        self._keep_alive = keep_alive
+
+    @property
+    def metadata(self):
+        return self._meta
+
+    @property
+    def state_names(self) -> Tuple[str, ...]:
+        return ()
+
+    def _write(self, path: str) -> None:
+        from . import ca_private
+
+        ca_private.save(self.spec, path, dict(self._meta))
+
+    def asset(self) -> str:
+        """The program saved (with the metadata as it is now) in a temporary folder."""
+        path = os.path.join(self._keep_alive.name, "model" + SUFFIX)
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        self._write(path)
+        return path
+
+    def runner(self, backend: str):
+        if backend not in (None, "coreai"):
+            raise ArgumentError(f"backend={backend!r}: an .aimodel runs on backend='coreai' "
+                                "(Apple's Core AI runtime)")
+        return CoreAIRunner(self.asset())
+
+    def save(self, path) -> str:
+        path = os.path.abspath(os.fspath(path))
+        if not path.endswith(SUFFIX):
+            raise PackageError(f"a Core AI package path must end in {SUFFIX}: {path}")
+        if os.path.lexists(path) and (not os.path.isdir(path) or os.path.islink(path)):
+            raise PackageError(f"{path} exists and is not a folder; refusing to replace it")
+        with staging_dir(os.path.dirname(path)) as tmp_root:
+            staged = os.path.join(tmp_root, "staged" + SUFFIX)
+            self._write(staged)
+            replace_dir(staged, path)
+        return path
+
+    def validate(self):
+        """The program checked by the coreai dialect's own verifier; returns it."""
+        from . import ca_private
+
+        ca_private.verify(self.spec)
+        return self.spec
+
+    def operations(self) -> list:
+        # MLIR text: '%3 = coreai.decomposable.broadcasting_add %1, %0 : ...'
+        return [Op(t.rpartition(".")[2]) for t in
+                re.findall(r"= coreai\.([a-z_0-9.]+)", self.as_text())]
+
+    const_op = "constant"
+
+    def cost(self) -> dict:
+        ops = self.operations()
+        return {"ops": len(ops), "mil_ops": sum(o.type != self.const_op for o in ops)}
+
+    def as_text(self) -> str:
+        return str(self.spec)
+
+
+class CoreAIRunner:
+    def __init__(self, asset: str):
+        self.asset = asset
+
+    def run(self, feeds, state=None):
+        if state is not None:
+            raise ArgumentError("this Core AI program has no states")
+        from .worker import run
+
+        return run(self.asset, "main", feeds)
+
+    def make_state(self):
+        raise ArgumentError("this Core AI program has no states")
+
+
+class CoreAIFormat(Format):
+    name = "aimodel"
+    suffix = SUFFIX
+    default_target = DEFAULT
+
+    def target(self, target) -> Target:
+        return target if isinstance(target, Target) else get_target(target)
+
+    def compile(self, program, *, keep_weight_layout: bool = False) -> CoreAIExecutable:
+        from .lower import lower_program
+
+        if program.traced.host is not None:
+            raise RlxError("random= programs are not lowered for Core AI yet")
+        prog, ins, outs = lower_program(program)
+        meta: Dict[str, str] = {}
+        metadata.write_program(meta, ins, outs)
+        metadata.write_host_parts(meta, program.traced, ins, outs)
+        return CoreAIExecutable(prog, "", ins, outs, meta,
+                                tempfile.TemporaryDirectory(prefix="rlxjax-coreai-"))
+
+    def save_functions(self, functions, default: str, path) -> str:
+        raise RlxError("multifunction .aimodel packages are not written yet")
+
+    def load(self, path, backend=None, function=None):
+        raise RlxError("rlxjax.load of an .aimodel is not implemented yet")
+
+    def check_compression(self, scheme, target) -> None:
+        raise ArgumentError("compress= is not implemented for format='aimodel' yet")
+
+    def compress_leaf(self, arr, scheme):
+        raise ArgumentError("compress= is not implemented for format='aimodel' yet")
+
+
+FORMAT = CoreAIFormat()
