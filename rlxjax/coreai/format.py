@@ -2,7 +2,8 @@
 ``.aimodel``, run on Apple's Core AI runtime in a worker process (worker.py).
 
 First slice: forward and gradient programs of the ops lower.py knows, fp32, static shapes,
-no states; everything else is refused with an error naming what is missing.
+no states, saved and loaded (loaded.py); everything else is refused with an error naming
+what is missing.
 """
 from __future__ import annotations
 
@@ -132,7 +133,9 @@ class CoreAIFormat(Format):
         raise RlxError("multifunction .aimodel packages are not written yet")
 
     def load(self, path, backend=None, function=None):
-        raise RlxError("rlxjax.load of an .aimodel is not implemented yet")
+        from .loaded import load_asset
+
+        return load_asset(path, backend, function)
 
     def check_compression(self, scheme, target) -> None:
         raise ArgumentError("compress= is not implemented for format='aimodel' yet")

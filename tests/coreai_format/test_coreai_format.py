@@ -183,3 +183,34 @@ def test_transcendentals_within_2_ulp_and_special_values_as_jax():
         assert np.array_equal(g[~fin], w[~fin], equal_nan=True), i
     for g, w in zip(got[9:], want[9:]):
         assert np.array_equal(np.asarray(g), np.asarray(w), equal_nan=True)
+
+
+def test_rlxjax_load_runs_a_saved_aimodel_as_the_compiled_program_does(tmp_path):
+    def f(p, x, t):
+        return jnp.tanh(x @ p["w"]) * t, jnp.sum(x) > 0
+
+    p, x, t = {"w": _f32(4, 3)}, _f32(2, 4), np.float32(0.5)
+    c = rlxjax.coreml_jit(f, format="aimodel").lower(p, x, t).compile()
+    m = rlxjax.load(c.save(tmp_path / "f.aimodel"))
+    assert m.input_names == ("p_w", "x", "t") and m.output_names == ("out_0", "out_1")
+    got = m(p["w"], x, t)
+    want = jax.jit(f)(p, x, t)
+    _close(got["out_0"], want[0], atol=2e-6)
+    assert got["out_1"].shape == () and got["out_1"] == want[1]  # rank-0 bool, as JAX
+    with pytest.raises(rlxjax.ArgumentError, match="input 'x' is float32\\[3, 4\\]"):
+        m(p["w"], _f32(3, 4), t)
+
+
+def test_a_tampered_or_partial_aimodel_is_a_package_error_not_a_crash(tmp_path):
+    c = rlxjax.coreml_jit(lambda x: x + 1, format="aimodel").lower(_f32(2)).compile()
+    path = c.save(tmp_path / "g.aimodel")
+    with open(os.path.join(path, "main.mlirb"), "r+b") as f:
+        f.seek(40)
+        f.write(b"\xff\xfe")
+    with pytest.raises(rlxjax.PackageError, match="does not match main.hash"):
+        rlxjax.load(path)
+    os.remove(os.path.join(path, "main.hash"))
+    with pytest.raises(rlxjax.PackageError, match=r"lacks \['main.hash'\]"):
+        rlxjax.load(path)
+    with pytest.raises(rlxjax.PackageError, match="no such Core AI package"):
+        rlxjax.load(tmp_path / "missing.aimodel")

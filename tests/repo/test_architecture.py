@@ -149,6 +149,7 @@ def test_no_module_over_500_lines():
 #: the modules of a format that run and load its programs (formats/base.py): they reach the
 #: runtime; the rest of the format's folder is the compile path
 FORMAT_RUNTIME_SIDE = ("rlxjax.coreml.format", "rlxjax.coreml.loaded", "rlxjax.coreai.format",
+                       "rlxjax.coreai.loaded",
                        "rlxjax.coreai.worker")
 
 
