@@ -133,3 +133,28 @@ def run(path: str, function: str, feeds: Dict[str, np.ndarray]) -> Dict[str, np.
             return {k: np.array(v.numpy()) for k, v in out.items()}
 
     return asyncio.run(go())
+
+
+def serve(path: str, function: str, read, write) -> None:
+    """Load ``function`` of the asset at ``path`` once, then answer calls until ``read()``
+    returns None: each request is a dict of feeds, each reply ``("ok", outputs)`` or
+    ``("error", message)`` (worker.py's persistent worker, in its own process)."""
+    import asyncio
+
+    ca = coreai()
+    from coreai.runtime import NDArray
+
+    async def go():
+        async with ca.AIModelAsset.load(path).executable() as model:
+            fn = model.load_function(function)
+            while True:
+                feeds = read()
+                if feeds is None:
+                    return
+                try:
+                    out = await fn({k: NDArray(np.ascontiguousarray(v)) for k, v in feeds.items()})
+                    write(("ok", {k: np.array(v.numpy()) for k, v in out.items()}))
+                except Exception as e:  # noqa: BLE001 - reported to the caller, who raises
+                    write(("error", f"{type(e).__name__}: {e}"))
+
+    asyncio.run(go())

@@ -95,15 +95,21 @@ class CoreAIExecutable(Executable):
 
 
 class CoreAIRunner:
+    """Runs the program in a persistent worker process (worker.Session), started on the
+    first call: the asset is compiled and loaded once for every call of this program."""
+
     def __init__(self, asset: str):
         self.asset = asset
+        self._session = None
 
     def run(self, feeds, state=None):
         if state is not None:
             raise ArgumentError("this Core AI program has no states")
-        from .worker import run
+        from .worker import Session
 
-        return run(self.asset, "main", feeds)
+        if self._session is None or self._session.proc.poll() is not None:
+            self._session = Session(self.asset, "main")
+        return self._session(feeds)
 
     def make_state(self):
         raise ArgumentError("this Core AI program has no states")

@@ -4,7 +4,7 @@ The folder is checked before anything of Apple's touches it - the runtime ends i
 on a corrupted ``main.mlirb`` (SIGABRT) and on a missing path (SIGSEGV) - so a missing,
 truncated or tampered asset is a ``PackageError``: the three files must be there, and
 ``main.hash`` must be the SHA-256 of ``main.mlirb`` (as coreai-core writes it). Values in and
-out are rlxjax/loaded.py's; each call runs in a worker process (worker.py).
+out are rlxjax/loaded.py's; calls run in a persistent worker process (worker.py).
 """
 from __future__ import annotations
 
@@ -72,9 +72,11 @@ class LoadedAIModel(LoadedFunction):
         self._describe(meta, (), ())
 
     def _run(self, feeds, state=None):
-        from .worker import run
+        from .worker import Session
 
-        return run(self.path, "main", feeds)
+        if getattr(self, "_session", None) is None or self._session.proc.poll() is not None:
+            self._session = Session(self.path, "main")  # compiled once for every call
+        return self._session(feeds)
 
     def __repr__(self):
         return (f"LoadedAIModel({self.path!r}, inputs={list(self.input_names)}, "

@@ -19,7 +19,7 @@ from .trainable import MaskedTrainStep
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
                       precision: str = "fp32", has_aux: bool = False, backend=None,
                       random=None, trainable=None, compress=None, flexible=None,
-                      loss_scale=None):
+                      loss_scale=None, format: str = formats.DEFAULT):
     """One Core ML program = forward + backward + ``optimizer`` update (optax).
 
     ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
@@ -43,7 +43,12 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     stay static.
     ``precision="mixed"``: forward and backward in fp16, parameters and optimizer state in
     fp32, dynamic loss scaling (``loss_scale=rlxjax.DynamicLossScale(...)``; training/mixed.py).
+    ``format="aimodel"``: the step as a Core AI program run on Apple's runtime (first slice,
+    docs/coreai.md: ``state="io"``, fp32, no trainable= / compress= / flexible= / random=).
     """
+    if format != formats.DEFAULT:
+        _check_first_slice(format, state, precision, trainable, compress, flexible, random)
+        target = formats.resolve_target(target, format)
     if state == "mlstate":
         target = formats.resolve_target("iOS18" if target is None else target)
         target.require("iOS18", "state='mlstate' (Core ML states)")
@@ -66,8 +71,22 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
         raise ArgumentError("flexible= names batch arguments only: parameters and optimizer "
                             "state keep their shapes (a Core ML state cannot be flexible)")
     options = dict(state=state, has_aux=has_aux, static_argnums=(), target=target,
-                   precision=precision, backend=backend, random=random, flexible=flexible)
+                   precision=precision, backend=backend, random=random, flexible=flexible,
+                   format=format)
     if trainable is None and compress is None:
         return TrainStep(loss, optimizer, **options)
     check_split_options(trainable, compress, target, formats.get())
     return MaskedTrainStep(loss, optimizer, trainable=trainable, compress=compress, **options)
+
+
+def _check_first_slice(format, state, precision, trainable, compress, flexible, random):
+    """What the Core AI format's training steps do not do yet, refused by name."""
+    asked = [name for name, on in (("state='mlstate'", state != "io"),
+                                   (f"precision={precision!r}", precision != "fp32"),
+                                   ("trainable=", trainable is not None),
+                                   ("compress=", compress is not None),
+                                   ("flexible=", bool(flexible)),
+                                   (f"random={random!r}", random is not None)) if on]
+    if asked:
+        raise ArgumentError(f"format={format!r} training steps take state='io' in fp32 only "
+                            f"(yet): {', '.join(asked)} is not implemented for it")

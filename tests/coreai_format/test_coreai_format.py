@@ -214,3 +214,46 @@ def test_a_tampered_or_partial_aimodel_is_a_package_error_not_a_crash(tmp_path):
         rlxjax.load(path)
     with pytest.raises(rlxjax.PackageError, match="no such Core AI package"):
         rlxjax.load(tmp_path / "missing.aimodel")
+
+
+def test_an_adam_training_step_trains_as_jax_and_optax_do():
+    import optax
+
+    def loss(p, x, y):
+        h = jnp.tanh(x @ p["w1"] + p["b1"])
+        return jnp.mean((h @ p["w2"] - y) ** 2)
+
+    p = {"w1": _f32(6, 8) * 0.5, "b1": np.zeros(8, np.float32), "w2": _f32(8, 2) * 0.5}
+    x, y = _f32(16, 6), _f32(16, 2)
+    opt = optax.adam(1e-2)
+    step = rlxjax.coreml_train_step(loss, opt, format="aimodel")
+    st, got = step.init(p), []
+    for _ in range(25):
+        st, value = step(st, x, y)
+        got.append(float(value))
+    s, q, want = opt.init(p), p, []
+    for _ in range(25):
+        value, g = jax.value_and_grad(loss)(q, x, y)
+        u, s = opt.update(g, s, q)
+        q = optax.apply_updates(q, u)
+        want.append(float(value))
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    assert got[-1] < 0.8 * got[0]
+    for k in p:
+        np.testing.assert_allclose(st.params[k], q[k], rtol=1e-4, atol=1e-5)
+
+
+def test_what_the_first_slice_does_not_train_is_refused_by_name():
+    import optax
+
+    with pytest.raises(rlxjax.ArgumentError, match="state='mlstate' is not implemented"):
+        rlxjax.coreml_train_step(lambda p, x: (p * x).sum(), optax.sgd(0.1), state="mlstate",
+                                 format="aimodel")
+
+
+def test_a_persistent_worker_that_dies_is_an_error(tmp_path):
+    from rlxjax.coreai.worker import CoreAIRuntimeError, Session
+
+    s = Session(str(tmp_path / "missing.aimodel"))
+    with pytest.raises(CoreAIRuntimeError, match="the Core AI runtime (died|failed)"):
+        s({"x": np.ones(2, np.float32)})
