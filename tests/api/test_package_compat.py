@@ -9,7 +9,6 @@ import glob
 import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
