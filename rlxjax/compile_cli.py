@@ -144,17 +144,24 @@ def check_arity(fun: Callable, label: str, n: int) -> None:
             f"spec(s) were given (one per argument)")
 
 
+#: what --format takes (rlxjax/formats/ names them)
+FORMATS = ("mlpackage", "aimodel")
+
 def compile_to_package(target_spec: str, examples: Sequence[str], out: str, grad: bool = False,
-                       target: str = "iOS17", precision: str = "fp32") -> str:
-    """Do the command's work; returns the summary printed on success."""
+                       target: str | None = None, precision: str = "fp32",
+                       format: str = "mlpackage") -> str:
+    """Do the command's work; returns the summary printed on success. ``format``:
+    "mlpackage" (Core ML, target default iOS17) or "aimodel" (Core AI, iOS27)."""
     if ":" not in target_spec:
         raise CompileCommandError(f"expected MODULE:FUNCTION, got {target_spec!r} "
                                   "(e.g. mymodel:predict or path/to/model.py:predict)")
     module, _, qualname = target_spec.rpartition(":")
     if not module or not qualname:
         raise CompileCommandError(f"expected MODULE:FUNCTION, got {target_spec!r}")
-    if not out.endswith(".mlpackage"):
-        raise CompileCommandError(f"the output must be a .mlpackage path, got {out!r}")
+    if format not in FORMATS:
+        raise CompileCommandError(f"--format {format!r}: choose {' or '.join(FORMATS)}")
+    if not out.endswith(f".{format}"):
+        raise CompileCommandError(f"the output must be a .{format} path, got {out!r}")
     specs = [parse_example(e) for e in examples]  # bad specs fail before importing anything
     fun = resolve_function(load_module(module), module, qualname)
     check_arity(fun, target_spec, len(specs))
@@ -167,8 +174,9 @@ def compile_to_package(target_spec: str, examples: Sequence[str], out: str, grad
     args = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in specs]
     try:
         wrap = rlxjax.coreml_grad if grad else rlxjax.coreml_jit
-        compiled = wrap(fun, target=target, precision=precision, backend="reference") \
-            .lower(*args).compile()
+        backend = "reference" if format == "mlpackage" else None  # Core AI: its runtime
+        wrapped = wrap(fun, target=target, precision=precision, backend=backend, format=format)
+        compiled = wrapped.lower(*args).compile()
         compiled.validate()
         path = compiled.save(out)
     except RlxError as e:
@@ -180,7 +188,9 @@ def compile_to_package(target_spec: str, examples: Sequence[str], out: str, grad
         f"{s.mil_name}: {s.dtype}{list(s.shape)}" for s in specs_)
     n_ops = compiled.cost_analysis()["mil_ops"]
     what = "gradient of " if grad else ""
-    return (f"wrote {path}\n  {what}{target_spec}, {target}, {precision}, {n_ops} MIL ops\n"
+    kind = "MIL ops" if format == "mlpackage" else "Core AI ops"
+    return (f"wrote {path}\n  {what}{target_spec}, {wrapped.target.name}, {precision}, "
+            f"{n_ops} {kind}\n"
             f"  inputs:  {sig(compiled.input_specs)}\n  outputs: {sig(compiled.output_specs)}")
 
 
@@ -197,14 +207,19 @@ def add_parser(sub) -> None:
     p.add_argument("--grad", action="store_true",
                    help="compile the gradient (coreml_grad) with respect to the first argument; "
                    "the function must return a float scalar")
-    p.add_argument("--target", default="iOS17", help="deployment target (default: iOS17)")
+    p.add_argument("--target", default=None,
+                   help="deployment target (default: iOS17; iOS27 for --format aimodel)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "fp16"])
+    p.add_argument("--format", default=None, choices=FORMATS,
+                   help="mlpackage (Core ML, the default) or aimodel (Core AI, needs "
+                   "rlxjax[coreai]); default: from the output's suffix")
 
 
 def run(args) -> int:
     try:
+        fmt = args.format or ("aimodel" if args.output.endswith(".aimodel") else "mlpackage")
         print(compile_to_package(args.function, args.example, args.output, grad=args.grad,
-                                 target=args.target, precision=args.precision))
+                                 target=args.target, precision=args.precision, format=fmt))
     except CompileCommandError as e:
         print(f"rlxjax compile: {e}", file=sys.stderr)
         return 2

@@ -257,3 +257,18 @@ def test_a_persistent_worker_that_dies_is_an_error(tmp_path):
     s = Session(str(tmp_path / "missing.aimodel"))
     with pytest.raises(CoreAIRuntimeError, match="the Core AI runtime (died|failed)"):
         s({"x": np.ones(2, np.float32)})
+
+
+def test_rlxjax_compile_writes_an_aimodel_that_loads_and_runs(tmp_path, monkeypatch):
+    from rlxjax.compile_cli import compile_to_package
+
+    (tmp_path / "mymodel.py").write_text(
+        "import jax.numpy as jnp\n\ndef predict(x, w):\n    return jnp.tanh(x @ w)\n")
+    monkeypatch.chdir(tmp_path)
+    out = str(tmp_path / "predict.aimodel")
+    report = compile_to_package("mymodel:predict", ["f32[2,4]", "f32[4,3]"], out,
+                                format="aimodel")
+    assert report.startswith(f"wrote {out}") and "iOS27" in report and "Core AI ops" in report
+    x, w = _f32(2, 4), _f32(4, 3)
+    got = rlxjax.load(out)(x, w)["out"]
+    _close(got, np.tanh(x.astype(np.float64) @ w).astype(np.float32), atol=4 * 4 * EPS)
