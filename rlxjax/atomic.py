@@ -25,6 +25,8 @@ import tempfile
 import uuid
 from typing import BinaryIO, Callable, Iterator
 
+from .errors import PackageError
+
 
 _TAG = ".rlxjax-"
 # What ``staging_prefix`` produces, and the ``.rlxjax-<kind>-<pid>-`` names older versions
@@ -167,3 +169,20 @@ def replace_dir(new: str, path: str) -> None:
         os.rename(aside, path)
         raise
     shutil.rmtree(aside)
+
+
+def write_package(path, suffix: str, kind: str, write: Callable[[str], None]) -> str:
+    """Write the package folder ``path`` (which must end in ``suffix``) atomically:
+    ``write(staged)`` builds it in a staging folder beside ``path``, which then replaces
+    ``path`` in one step, so a failure leaves the previous package or nothing. ``kind``
+    names the package in errors ("Core ML", "Core AI"). Returns the absolute path."""
+    path = os.path.abspath(os.fspath(path))
+    if not path.endswith(suffix):
+        raise PackageError(f"a {kind} package path must end in {suffix}: {path}")
+    if os.path.lexists(path) and (not os.path.isdir(path) or os.path.islink(path)):
+        raise PackageError(f"{path} exists and is not a folder; refusing to replace it")
+    with staging_dir(os.path.dirname(path)) as tmp_root:
+        staged = os.path.join(tmp_root, "staged" + suffix)
+        write(staged)
+        replace_dir(staged, path)
+    return path

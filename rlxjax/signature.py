@@ -48,6 +48,18 @@ class IOSpec:
 IO_FIELDS = tuple(f.name for f in fields(IOSpec))
 
 
+def unique_names(names):
+    """``names`` with repeats made unique by a ``_1``, ``_2``... suffix, in order."""
+    seen, out = set(), []
+    for n in names:
+        cand, k = n, 1
+        while cand in seen:
+            cand, k = f"{n}_{k}", k + 1
+        seen.add(cand)
+        out.append(cand)
+    return out
+
+
 def feature_name(name: str) -> str:
     """A pytree-path name as a feature identifier (``params.Dense_0.kernel`` ->
     ``params_Dense_0_kernel``)."""

@@ -15,8 +15,8 @@ from collections import namedtuple
 from typing import Dict, Tuple
 
 from .. import metadata
-from ..atomic import replace_dir, staging_dir
-from ..errors import ArgumentError, PackageError, RlxError
+from ..atomic import write_package
+from ..errors import ArgumentError, RlxError
 from ..formats.base import Executable, Format
 from .targets import DEFAULT, Target, get_target
 
@@ -61,16 +61,7 @@ class CoreAIExecutable(Executable):
         return CoreAIRunner(self.asset())
 
     def save(self, path) -> str:
-        path = os.path.abspath(os.fspath(path))
-        if not path.endswith(SUFFIX):
-            raise PackageError(f"a Core AI package path must end in {SUFFIX}: {path}")
-        if os.path.lexists(path) and (not os.path.isdir(path) or os.path.islink(path)):
-            raise PackageError(f"{path} exists and is not a folder; refusing to replace it")
-        with staging_dir(os.path.dirname(path)) as tmp_root:
-            staged = os.path.join(tmp_root, "staged" + SUFFIX)
-            self._write(staged)
-            replace_dir(staged, path)
-        return path
+        return write_package(path, SUFFIX, "Core AI", self._write)
 
     def validate(self):
         """The program checked by the coreai dialect's own verifier; returns it."""

@@ -14,13 +14,13 @@ int32 features of rank >= 1 (a rank-0 input kills the Core AI runtime, so scalar
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict
 
 import numpy as np
 
 from ..errors import JAX_NAMES, DynamicShapeError, UnsupportedPrimitiveError
 from ..ir import DType, Graph, TensorType, verify
-from ..signature import IOSpec, feature_name
+from ..signature import IOSpec, feature_name, unique_names as _unique
 from . import ca_private
 
 _NP = {DType.f32: np.float32, DType.f16: np.float16, DType.i32: np.int32, DType.bool: np.bool_}
@@ -211,17 +211,6 @@ def lower_program(program) -> tuple:
     prog = ca_private.build("main", [(s.mil_name, s.io_shape, s.io_dtype) for s in in_specs],
                             [(s.mil_name, s.io_shape, s.io_dtype) for s in out_specs], body)
     return prog, in_specs, out_specs
-
-
-def _unique(names: List[str]) -> List[str]:
-    seen, out = set(), []
-    for n in names:
-        cand, k = n, 1
-        while cand in seen:
-            cand, k = f"{n}_{k}", k + 1
-        seen.add(cand)
-        out.append(cand)
-    return out
 
 
 def _spec(name: str, feature: str, t: TensorType) -> IOSpec:

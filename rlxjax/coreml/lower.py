@@ -16,7 +16,7 @@ from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 from .. import metadata
 from ..errors import JAX_NAMES, DynamicShapeError, RlxError, UnsupportedPrimitiveError, op_label
 from ..ir import DType, Dyn, Graph, Node, TensorType, verify
-from ..signature import IOSpec, feature_name
+from ..signature import IOSpec, feature_name, unique_names as _unique
 from . import rules, smallint  # noqa: F401  (registers the lowerings)
 from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
@@ -30,17 +30,6 @@ PRECISIONS = ("fp32", "fp16")
 
 #: a pytree-path name as a feature identifier (rlxjax/signature.py)
 sanitize = feature_name
-
-
-def _unique(names: List[str]) -> List[str]:
-    seen, out = set(), []
-    for n in names:
-        cand, k = n, 1
-        while cand in seen:
-            cand, k = f"{n}_{k}", k + 1
-        seen.add(cand)
-        out.append(cand)
-    return out
 
 
 def _io_dtype(d: DType, target: Target) -> DType:

@@ -364,7 +364,7 @@ def test_fuzz_model_protobuf(saved, tmp_path, mutation):
 _CHILD = textwrap.dedent("""
     import os, sys, time
     import numpy as np
-    import rlxjax, rlxjax.coreml.package as package
+    import rlxjax, rlxjax.atomic as atomic
     seed, mode, pkg, ckpt = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     w = np.random.default_rng(seed).standard_normal((512, 1024)).astype(np.float32)  # 2 MB
     f = rlxjax.coreml_jit(lambda x: x @ w, backend="reference")
@@ -379,7 +379,7 @@ _CHILD = textwrap.dedent("""
         return wrapped
 
     if mode == "pause":  # staged and ready to move into place: the parent kills us here
-        package.replace_dir = announce_and_sleep("STAGED", package.replace_dir)
+        atomic.replace_dir = announce_and_sleep("STAGED", atomic.replace_dir)  # every package
         compiled.save(pkg)
     elif mode == "pause-ckpt":
         os.replace = announce_and_sleep("STAGED", os.replace)
