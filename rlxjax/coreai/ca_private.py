@@ -4,8 +4,8 @@ coreai-core is young (1.0.0b3) and its authoring API builds a graph from a Pytho
 annotations; this module pins the version it was written against, turns the missing package
 into a clear error, and offers what the lowering needs: ``build`` (a program from input and
 output specs and a body), ``save`` (an ``.aimodel`` with rlxjax's metadata as custom
-metadata) and ``run`` (used only by worker.py, in a worker process: the runtime kills the
-process on some bad programs).
+metadata) and ``serve`` (used only by worker.py, in a worker process: the runtime kills
+the process on some bad programs).
 """
 from __future__ import annotations
 
@@ -77,9 +77,7 @@ def build(fn_name: str, inputs: Sequence[Spec], outputs: Sequence[Spec],
     exec(f"def {fn_name}({', '.join(arg_names)}):\n"  # noqa: S102 - identifiers checked above
          f"    return tuple(__rlx_body([{', '.join(arg_names)}]))\n", ns)
     fn = ns[fn_name]
-    fn.__annotations__ = {a: Annotated[ca.Value, ca.TensorSpec(tuple(s[1]), dtype(s[2]),
-                                                               name=s[0])]
-                          for a, s in zip(arg_names, inputs)}
+    fn.__annotations__ = {a: annotated(s) for a, s in zip(arg_names, inputs)}
     fn.__annotations__["return"] = tuple[tuple(annotated(s) for s in outputs)]
     module = ca.Module.create()
     with module:
@@ -117,22 +115,6 @@ def read_metadata(path: str) -> Dict[str, str]:
     ca = coreai()
     meta = ca.AIModelAsset.load(path).metadata.creator_defined_metadata
     return {k: v for k, v in meta.items() if isinstance(v, str)}
-
-
-def run(path: str, function: str, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """Run ``function`` of the asset at ``path`` on the Core AI runtime (worker.py only)."""
-    import asyncio
-
-    ca = coreai()
-    from coreai.runtime import NDArray
-
-    async def go():
-        async with ca.AIModelAsset.load(path).executable() as model:
-            fn = model.load_function(function)
-            out = await fn({k: NDArray(np.ascontiguousarray(v)) for k, v in feeds.items()})
-            return {k: np.array(v.numpy()) for k, v in out.items()}
-
-    return asyncio.run(go())
 
 
 def serve(path: str, function: str, read, write) -> None:

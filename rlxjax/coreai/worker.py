@@ -2,10 +2,10 @@
 programs (SIGILL, SIGABRT, SIGSEGV), so rlxjax never runs it in the user's process; a death
 or a hang is an error naming the program, never a dead Python.
 
-* ``run``: one call, one process (``python -m rlxjax.coreai.worker ASSET FUNCTION IN OUT``);
-* ``Session``: a persistent worker (``--serve``) that compiles and loads the asset once and
-  answers calls over its stdin / stdout (pickled dicts of arrays, length-prefixed), each
-  call bounded in time; a training loop pays the compile once, not per step.
+``Session`` starts a persistent worker (``python -m rlxjax.coreai.worker --serve ASSET
+FUNCTION``) that compiles and loads the asset once and answers calls over its stdin /
+stdout (pickled dicts of arrays, length-prefixed), each call bounded in time: a training
+loop pays the compile once, not per step.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Dict
 
@@ -31,26 +30,6 @@ TIMEOUT = float(os.environ.get("RLXJAX_COREAI_TIMEOUT", "120"))
 class CoreAIRuntimeError(RlxError, RuntimeError):
     """Apple's Core AI runtime failed, died or hung running a program (a bug in rlxjax's
     Core AI lowering, or in the runtime: the message names the program and the signal)."""
-
-
-def run(path: str, function: str, feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    with tempfile.TemporaryDirectory(prefix="rlxjax-coreai-") as tmp:
-        fin, fout = os.path.join(tmp, "in.npz"), os.path.join(tmp, "out.npz")
-        np.savez(fin, **feeds)
-        try:
-            res = subprocess.run([sys.executable, "-m", __name__, path, function, fin, fout],
-                                 capture_output=True, text=True, timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise CoreAIRuntimeError(f"the Core AI runtime did not finish {function} of "
-                                     f"{path} within {TIMEOUT:g} s") from None
-        if res.returncode != 0:
-            how = (f"died with {signal.Signals(-res.returncode).name}" if res.returncode < 0
-                   else f"failed (exit {res.returncode})")
-            tail = "\n".join((res.stderr or "").strip().splitlines()[-6:])
-            raise CoreAIRuntimeError(f"the Core AI runtime {how} running {function} of "
-                                     f"{path}:\n{tail}")
-        with np.load(fout) as z:
-            return {k: z[k] for k in z.files}
 
 
 def _death(proc, what: str) -> "CoreAIRuntimeError":
@@ -140,15 +119,10 @@ def _serve(path: str, function: str) -> int:
 
 
 def _main(argv) -> int:
-    from .ca_private import run as run_here
-
-    if argv and argv[0] == "--serve":
-        return _serve(argv[1], argv[2])
-    path, function, fin, fout = argv
-    with np.load(fin) as z:
-        feeds = {k: z[k] for k in z.files}
-    np.savez(fout, **run_here(path, function, feeds))
-    return 0
+    if len(argv) != 3 or argv[0] != "--serve":
+        print("usage: python -m rlxjax.coreai.worker --serve ASSET FUNCTION", file=sys.stderr)
+        return 2
+    return _serve(argv[1], argv[2])
 
 
 if __name__ == "__main__":

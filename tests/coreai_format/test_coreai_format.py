@@ -124,13 +124,6 @@ def test_a_saved_aimodel_is_a_complete_asset_with_rlxjax_metadata(tmp_path):
     assert not os.path.exists(tmp_path / "double.mlpackage")
 
 
-def test_a_runtime_death_is_an_error_not_a_dead_process(tmp_path):
-    from rlxjax.coreai.worker import CoreAIRuntimeError, run
-
-    with pytest.raises(CoreAIRuntimeError, match="the Core AI runtime (died|failed)"):
-        run(str(tmp_path / "missing.aimodel"), "main", {"x": np.ones(2, np.float32)})
-
-
 def test_formats_and_backends_must_agree():
     with pytest.raises(rlxjax.RlxError, match="cannot run a format='aimodel' program"):
         rlxjax.coreml_jit(lambda x: x, format="aimodel", backend="reference")
