@@ -17,6 +17,7 @@ from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
+from .formats import REGISTRY
 from .ir import DType
 
 # short name (what rlxjax prints) and the numpy spelling, both accepted
@@ -144,8 +145,8 @@ def check_arity(fun: Callable, label: str, n: int) -> None:
             f"spec(s) were given (one per argument)")
 
 
-#: what --format takes (rlxjax/formats/ names them)
-FORMATS = ("mlpackage", "aimodel")
+#: what --format takes: the formats' registry names (rlxjax/formats/)
+FORMATS = tuple(REGISTRY)
 
 def compile_to_package(target_spec: str, examples: Sequence[str], out: str, grad: bool = False,
                        target: str | None = None, precision: str = "fp32",

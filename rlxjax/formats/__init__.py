@@ -26,15 +26,18 @@ class Entry:
     targets: str  # a light module whose ``get_target(name)`` resolves target names
     default_target: str
     suffix: str   # a package's path suffix
+    backends: tuple  # what runs its programs; the first the default (formats/backends.py)
     summary: str
 
 
 #: every format rlxjax writes; the first is the default
 REGISTRY: Dict[str, Entry] = {e.name: e for e in (
     Entry("mlpackage", "rlxjax.coreml.format", "rlxjax.coreml.targets", "iOS17", ".mlpackage",
+          ("reference", "reference-fast", "coreml"),
           "Core ML ML Program (MIL protobuf + weight blob); runs on Core ML (macOS) or the "
           "reference MIL interpreter"),
     Entry("aimodel", "rlxjax.coreai.format", "rlxjax.coreai.targets", "iOS27", ".aimodel",
+          ("coreai",),
           "Core AI program (MLIR coreai dialect bytecode; first slice: forward and gradient "
           "programs of dense models); runs on Apple's Core AI runtime (coreai-core)"),
 )}

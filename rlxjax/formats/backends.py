@@ -14,11 +14,7 @@ import platform
 
 from ..errors import BackendUnavailableError, RlxError
 
-BACKENDS = ("reference", "reference-fast", "coreml")  # Core ML's
-#: format -> the backends that run its programs (the first the default, but for Core ML's
-#: whose default depends on the OS)
-FORMAT_BACKENDS = {"mlpackage": ("reference", "reference-fast", "coreml"),
-                   "aimodel": ("coreai",)}
+BACKENDS = ("reference", "reference-fast", "coreml")  # Core ML's (its registry entry)
 REFERENCE_BACKENDS = ("reference", "reference-fast")
 
 
@@ -31,24 +27,23 @@ def default_backend() -> str:
 
 
 def resolve_backend(name: str | None, format: str = "mlpackage") -> str:
-    """``name`` checked against the backends of ``format`` (None: its default)."""
-    runs = FORMAT_BACKENDS.get(format, BACKENDS)
-    if format != "mlpackage":
-        name = runs[0] if name is None else name
-        if name not in runs:
-            raise RlxError(f"backend={name!r} cannot run a format={format!r} program; choose "
-                           f"one of {runs} or None")
-        return name
-    name = default_backend() if name is None else name
-    if name == "coreai":
-        raise RlxError("backend='coreai' runs Core AI programs: compile with format='aimodel'")
-    if name not in BACKENDS:
-        raise RlxError(f"unknown backend {name!r}; choose one of {BACKENDS} or None")
+    """``name`` checked against the backends of ``format`` (its registry entry); None: the
+    first of them, or Core ML's runtime on macOS where it is one of them."""
+    from . import REGISTRY
+
+    runs = REGISTRY[format].backends
+    if name is None:
+        return "coreml" if "coreml" in runs and is_macos() else runs[0]
+    if name not in runs:
+        other = [e.name for e in REGISTRY.values() if name in e.backends]
+        if other:
+            raise RlxError(f"backend={name!r} runs format={other[0]!r} programs, not "
+                           f"format={format!r} ones: compile with format={other[0]!r}, or "
+                           f"choose one of {runs} or None")
+        raise RlxError(f"unknown backend {name!r}; choose one of {runs} or None")
     if name == "coreml" and not is_macos():
         raise BackendUnavailableError(
             "backend='coreml' needs Core ML's runtime, which exists only on macOS "
             f"(this is {platform.system()}). Use backend='reference' (the numpy MIL "
             "interpreter) here, or save() the package and run it on a Mac or device.")
     return name
-
-

@@ -125,7 +125,8 @@ def test_a_saved_aimodel_is_a_complete_asset_with_rlxjax_metadata(tmp_path):
 
 
 def test_formats_and_backends_must_agree():
-    with pytest.raises(rlxjax.RlxError, match="cannot run a format='aimodel' program"):
+    with pytest.raises(rlxjax.RlxError, match="runs format='mlpackage' programs, not "
+                                              "format='aimodel'"):
         rlxjax.coreml_jit(lambda x: x, format="aimodel", backend="reference")
     with pytest.raises(rlxjax.RlxError, match="compile with format='aimodel'"):
         rlxjax.coreml_jit(lambda x: x, backend="coreai")
