@@ -5,7 +5,9 @@
   gives NaN there); ``ceil(x) = -floor(-x)``; ``round`` half-even is Core AI's ``round``
   (ties to even, measured bit for bit against ``np.rint``), half-away is composed from floor;
 * ``sign`` keeps ±0 and NaN; ``neg`` is ``x * -1`` (``0 - x`` turns -0.0 into +0.0);
-* ``log1p`` / ``expm1``: Goldberg's and Kahan's tricks (as the Core ML lowering);
+* ``log1p``: ``2·atanh(x / (x + 2))`` on (-0.5, 1], ``log(1 + x)`` elsewhere (Core AI's
+  compiler folds ``(x + 1) - 1`` into ``x``, which breaks Goldberg's trick); ``expm1``:
+  Kahan's trick (as the Core ML lowering; measured intact);
 * float ``rem`` is Core AI's ``modulo`` (C ``fmod``: the sign of the dividend, as
   ``lax.rem``); integer ``div`` / ``rem`` never divide by 0 or compute INT_MIN / -1 (Core AI's
   runtime dies with SIGILL there): the divisor is replaced by 1 where it is 0 or -1 and
@@ -119,14 +121,17 @@ def _sign(ctx, node, ins):
 
 @rule("log1p")
 def _log1p(ctx, node, ins):
-    # Goldberg: u = 1 + x; log1p(x) = log(u) * x / (u - 1), x where u == 1, u where u = inf
+    # Goldberg's log(u)·x/(u − 1) is undone by Core AI's compiler, which folds (x + 1) − 1
+    # into x (measured: log1p(1e-30) came out 0). Instead, by range:
+    #   x in (-0.5, 1]: 2·atanh(x / (x + 2)) (an identity; atanh well conditioned there),
+    #   else log(1 + x) (1 + x is exact on [-1, -0.5]; above 1 its rounding costs < 1 ulp).
     x, dt = ins[0], _t(node).dtype
     one = ctx.scalar(1, dt)
-    u = ctx.add(x, one)
-    d = ctx.sub(u, one)
-    general = ctx.mul(ctx.ca.log(u), ctx.div(x, d))
-    out = ctx.where(ctx.eq(d, ctx.scalar(0, dt)), x, general)
-    return ctx.where(ctx.eq(u, ctx.scalar(np.inf, dt)), u, out)
+    direct = ctx.ca.log(ctx.add(x, one))
+    s = ctx.div(x, ctx.add(x, ctx.scalar(2, dt)))
+    small = ctx.mul(ctx.scalar(2, dt), ctx.ca.atanh(s))
+    inside = ctx.and_(ctx.gt(x, ctx.scalar(-0.5, dt)), ctx.gt(ctx.scalar(1, dt), x))
+    return ctx.where(ctx.or_(inside, ctx.eq(x, one)), small, direct)
 
 
 @rule("expm1")
