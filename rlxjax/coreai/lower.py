@@ -16,6 +16,7 @@ from ..ir import DType, Graph, TensorType, verify
 from ..signature import IOSpec, feature_name, unique_names as _unique
 from . import ca_private
 from .ops import Ctx, lower_nodes
+from .ops_base import check_type
 
 
 def _io_dtype(d: DType) -> DType:
@@ -34,6 +35,8 @@ def lower_program(program) -> tuple:
     graph = program.graph
     verify(graph)
     _check_static(graph)
+    for _, v in graph.inputs + graph.outputs:
+        check_type(v.type)
     if program.states:
         raise UnsupportedPrimitiveError("state", None, "programs with states (state='mlstate') "
                                         "are not lowered for Core AI yet")

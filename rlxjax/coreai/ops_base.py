@@ -33,6 +33,26 @@ def unsupported(node, detail="no Core AI lowering for this RLX op (yet)"):
     return UnsupportedPrimitiveError(JAX_NAMES.get(node.op, node.op), node.source, detail)
 
 
+#: the dtypes the rules are written for (fp16 programs, int8 / uint8 values: not yet)
+DTYPES = (DType.f32, DType.i32, DType.bool)
+
+
+def check_type(t: TensorType, node=None) -> None:
+    """Refuse (UnsupportedPrimitiveError) a type the Core AI rules do not take yet: a
+    dtype other than f32 / i32 / bool, or a zero-size tensor (Core AI's compiler rejects
+    them: measured on a [1000, 0, 0] operand)."""
+    why = None
+    if t.dtype not in DTYPES:
+        why = f"{t.dtype} values are not lowered for Core AI yet (f32, i32 and bool are)"
+    elif any(d == 0 for d in t.shape):
+        why = f"zero-size tensors ({t}) are not lowered for Core AI yet"
+    if why:
+        if node is None:
+            raise UnsupportedPrimitiveError("dtype" if t.dtype not in DTYPES else "shape",
+                                            None, why)
+        raise unsupported(node, why)
+
+
 class Ctx:
     """The Core AI authoring module (``ca``) and the small patterns the rules share. Values
     carry no shapes the rules read: each rule passes the RLX types it knows."""
@@ -46,6 +66,8 @@ class Ctx:
             fn = RULES.get(node.op)
             if fn is None:
                 raise unsupported(node)
+            for v in list(node.inputs) + list(node.outputs):
+                check_type(v.type, node)
             out = fn(self, node, [env[v.id] for v in node.inputs])
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             if len(outs) != len(node.outputs):
