@@ -95,6 +95,11 @@ class Ctx:
         return self.broadcast(self.scalar(value, t.dtype), t.shape, t.dtype)
 
     # -- shapes ----------------------------------------------------------------------------
+    @staticmethod
+    def shape(v) -> tuple:
+        """The static shape of the Core AI value ``v``."""
+        return tuple(v.type.shape)
+
     def reshape(self, x, shape):
         return self.ca.reshape(x, self.i32(shape) if len(shape) else
                                self.const(np.zeros((0,), np.int32)))

@@ -141,8 +141,14 @@ def _split(ctx, node, ins):
 @rule("pad")
 def _pad(ctx, node, ins):
     x, value = ins
-    shape, dt = list(_t(node).shape), _t(node).dtype
-    for axis, (lo, hi, k) in enumerate(node.params["config"]):
+    return lax_pad(ctx, x, list(_t(node).shape), node.params["config"], value, _t(node).dtype)
+
+
+def lax_pad(ctx, x, shape, config, value, dt):
+    """lax.pad of ``x`` (of ``shape``) by ``config`` ((lo, hi, interior) per axis, negative
+    edges crop) with the rank-0 ``value``."""
+    shape = list(shape)
+    for axis, (lo, hi, k) in enumerate(config):
         d = shape[axis]
         if k and d > 1:  # interior: [.., d, 1, ..] ++ [.., d, k, ..] -> [.., d*(k+1), ..], cut
             col = ctx.reshape(x, shape[:axis] + [d, 1] + shape[axis + 1:])
@@ -150,8 +156,7 @@ def _pad(ctx, node, ins):
             x = ctx.ca.concat(ctx.const(np.int32(axis + 1)), [col, fill])
             x = ctx.reshape(x, shape[:axis] + [d * (k + 1)] + shape[axis + 1:])
             shape[axis] = d + (d - 1) * k
-            end = list(shape)
-            x = ctx.slice(x, [0] * len(shape), end)
+            x = ctx.slice(x, [0] * len(shape), list(shape))
         if lo > 0 or hi > 0:
             widths = [0] * (2 * len(shape))
             widths[2 * axis], widths[2 * axis + 1] = max(lo, 0), max(hi, 0)
