@@ -37,6 +37,11 @@ def lower_program(program) -> tuple:
     _check_static(graph)
     for _, v in graph.inputs + graph.outputs:
         check_type(v.type)
+    if not graph.outputs:  # every output made on the host (zero-size, constant)
+        raise UnsupportedPrimitiveError("program", None, "a program with no device outputs "
+                                        "(all of them zero-size or constant) is not compiled "
+                                        "for Core AI yet: Core AI cannot compile a function "
+                                        "without outputs")
     if program.states:
         raise UnsupportedPrimitiveError("state", None, "programs with states (state='mlstate') "
                                         "are not lowered for Core AI yet")

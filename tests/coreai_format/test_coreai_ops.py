@@ -133,17 +133,40 @@ def _fused(x, w):
                      (0, 1))(x, w))
 
 
-def test_fused_ops_and_their_backward_against_float64():
-    x = np.random.default_rng(1).standard_normal((2, 3, 8)).astype(np.float32)
-    w = np.random.default_rng(2).standard_normal(8).astype(np.float32)
-    got = jax.tree.leaves(rlxjax.coreml_jit(_fused, format="aimodel")(x, w))
+def _conv(x, w):
+    return lax.conv_general_dilated(x, w, (2, 1), ((1, 0), (2, 1)), rhs_dilation=(1, 2))
+
+
+def _pool(x):
+    return (lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2), "SAME"),
+            lax.reduce_window(x, 0.0, lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"))
+
+
+def _cnn(x, w):
+    def loss(x, w):
+        m, s = _pool(jnp.tanh(_conv(x, w)))
+        return jnp.sum(m ** 2) + jnp.sum(s * 0.5)
+    return _conv(x, w), _pool(x), jax.grad(loss, (0, 1))(x, w)
+
+
+def _against_float64(fun, *args):
+    got = jax.tree.leaves(rlxjax.coreml_jit(fun, format="aimodel")(*args))
     with jax.enable_x64(True):
-        truth = jax.tree.leaves(jax.jit(_fused)(x.astype(np.float64), w.astype(np.float64)))
-        xla = jax.tree.leaves(jax.jit(_fused)(x, w))
+        truth = jax.tree.leaves(jax.jit(fun)(*[a.astype(np.float64) for a in args]))
+    xla = jax.tree.leaves(jax.jit(fun)(*args))
     for g, t, j in zip(got, truth, xla):
         t = np.asarray(t)
         # no worse than XLA's own fp32 error against float64, within one more fp32 rounding
-        # of the output's scale (sequential fp32 sums of <= 8 terms: docs/coreai.md)
+        # of the output's scale (sequential fp32 sums of <= 27 terms here: docs/coreai.md)
         bound = np.max(np.abs(np.asarray(j, np.float64) - t)) + 8 * np.finfo(np.float32).eps \
             * np.max(np.abs(t))
         assert np.max(np.abs(np.asarray(g, np.float64) - t)) <= bound
+
+
+@pytest.mark.parametrize("fun, shapes", [
+    (_fused, ((2, 3, 8), (8,))),                # softmax, gelu, silu, layer norm, attention
+    (_cnn, ((2, 3, 8, 8), (4, 3, 3, 3))),       # conv, max / sum pooling and their backward
+], ids=["fused", "cnn"])
+def test_fused_conv_and_pool_ops_and_their_backward_against_float64(fun, shapes):
+    rng = np.random.default_rng(1)
+    _against_float64(fun, *[rng.standard_normal(s).astype(np.float32) for s in shapes])
