@@ -1,15 +1,11 @@
-"""The fused rlxjax ops (rlxjax/ir/activation.py, norm.py, norm_grad.py, attention.py) ->
-Core AI, written out from primitive Core AI ops with the formulas of the Core ML lowering
-(coreml/rules/activation.py, norm.py, norm_grad.py) in fp32:
+"""The fused activations and attention (rlxjax/ir/activation.py, attention.py) -> Core AI,
+written out from primitive Core AI ops with the formulas of the Core ML lowering
+(coreml/rules/activation.py) in fp32 (the norms: ops_norm.py):
 
 * ``softmax`` = ``exp(x - max) / sum``, ``log_softmax`` = ``(x - max) - log(sum)``
   (max over the axis, dims kept); their backward ops as in ir/activation.py;
 * ``gelu`` exact: ``0.5·x·(1 + erf(x/√2))``; tanh form as JAX writes it; ``silu`` =
   ``x·sigmoid(x)``; their backward ops;
-* ``layer_norm`` / ``rms_norm`` over the trailing axes from ``axis``: centred two-pass
-  variance ``mean((x - mean)²)``, ``x̂ = (x − mean)·rsqrt(var + eps)``; backward
-  ``dx = inv·(sy − mean(sy) − x̂·mean(sy·x̂))`` (RMS without ``mean(sy)``), ``dγ = Σ dy·x̂``,
-  ``dβ = Σ dy`` over the leading axes;
 * ``attention`` = ``softmax(q·kᵀ·scale + mask)·v`` with ``batch_matmul``; its backward as
   ir/attention.py.
 
@@ -110,66 +106,6 @@ def _silu_grad(ctx, node, ins):
     s = ctx.ca.sigmoid(x)
     one = ctx.scalar(1, dt)
     return ctx.mul(ctx.mul(dy, s), ctx.add(one, ctx.mul(x, ctx.sub(one, s))))
-
-
-# -- trailing norms --------------------------------------------------------------------
-def _split_affine(node, ins):
-    x, rest = ins[0], list(ins[1:])
-    gamma = rest.pop(0) if node.params["has_gamma"] else None
-    beta = rest.pop(0) if node.params.get("has_beta") and rest[:1] and \
-        node.op in ("layer_norm", "rms_norm") else None
-    return x, gamma, beta, rest
-
-
-def _stats(ctx, x, shape, axes, eps, centred):
-    """(x̂, inv) over ``axes`` (dims kept): the centred two-pass statistics."""
-    xc = ctx.sub(x, ctx.mean_keep(x, axes, shape)) if centred else x
-    var = ctx.mean_keep(ctx.mul(xc, xc), axes, shape)
-    inv = ctx.ca.rsqrt(ctx.add(var, ctx.scalar(eps, F32)))
-    return ctx.mul(xc, inv), inv
-
-
-@rule("layer_norm", "rms_norm")
-def _trailing_norm(ctx, node, ins):
-    t = _t(node)
-    if t.dtype != F32:
-        raise unsupported(node, "fp16 norms are not lowered for Core AI yet")
-    x, gamma, beta, _ = _split_affine(node, ins)
-    axes = list(range(node.params["axis"], t.rank))
-    y, _ = _stats(ctx, x, t.shape, axes, node.params["eps"], node.op == "layer_norm")
-    if gamma is not None:
-        y = ctx.mul(y, gamma)
-    if beta is not None:
-        y = ctx.add(y, beta)
-    return y
-
-
-@rule("layer_norm_grad", "rms_norm_grad")
-def _trailing_norm_grad(ctx, node, ins):
-    t, p = _t(node), node.params
-    if t.dtype != F32:
-        raise unsupported(node, "fp16 norms are not lowered for Core AI yet")
-    x, dy = ins[0], ins[-1]
-    gamma = ins[1] if p["has_gamma"] else None
-    axes = list(range(p["axis"], t.rank))
-    lead = list(range(p["axis"]))
-    centred = node.op == "layer_norm_grad"
-    xhat, inv = _stats(ctx, x, t.shape, axes, p["eps"], centred)
-    pshape = t.shape[p["axis"]:]
-    got = {}
-    want = p["outputs"]
-    if "dx" in want:
-        sy = ctx.mul(dy, gamma) if gamma is not None else dy
-        proj = ctx.mul(xhat, ctx.mean_keep(ctx.mul(sy, xhat), axes, t.shape))
-        if centred:
-            sy = ctx.sub(sy, ctx.mean_keep(sy, axes, t.shape))
-        got["dx"] = ctx.mul(ctx.sub(sy, proj), inv)
-    if "dgamma" in want:
-        g = ctx.mul(dy, xhat)
-        got["dgamma"] = ctx.reduce("sum", g, lead, pshape) if lead else g
-    if "dbeta" in want:
-        got["dbeta"] = ctx.reduce("sum", dy, lead, pshape) if lead else dy
-    return [got[k] for k in want]
 
 
 # -- attention ---------------------------------------------------------------------------

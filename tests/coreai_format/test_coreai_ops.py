@@ -125,12 +125,19 @@ def _attention(x, w):
     return jax.nn.softmax((x * w) @ jnp.swapaxes(x, -1, -2) * 0.3, -1) @ x
 
 
+def _group_norm(x, w):  # flax's GroupNorm (channels last), recognised as group_norm
+    import flax.linen as nn
+
+    m = nn.GroupNorm(num_groups=4)
+    return m.apply({"params": {"scale": w, "bias": w * 0.5}}, x)
+
+
 def _fused(x, w):
     return (jax.nn.softmax(x * w), jax.nn.log_softmax(x), jax.nn.gelu(x), jax.nn.silu(x),
-            _ln(x, w), _attention(x, w),
+            _ln(x, w), _attention(x, w), _group_norm(x, w),
             jax.grad(lambda x, w: jnp.sum(_ln(x, w) ** 2 + _attention(x, w) * w
-                                          + jax.nn.softmax(x) * w + jax.nn.silu(x) * w),
-                     (0, 1))(x, w))
+                                          + jax.nn.softmax(x) * w + jax.nn.silu(x) * w
+                                          + _group_norm(x, w) ** 2 * w), (0, 1))(x, w))
 
 
 def _conv(x, w):
@@ -164,7 +171,7 @@ def _against_float64(fun, *args):
 
 
 @pytest.mark.parametrize("fun, shapes", [
-    (_fused, ((2, 3, 8), (8,))),                # softmax, gelu, silu, layer norm, attention
+    (_fused, ((2, 3, 8), (8,))),   # softmax, gelu, silu, layer / group norm, attention
     (_cnn, ((2, 3, 8, 8), (4, 3, 3, 3))),       # conv, max / sum pooling and their backward
 ], ids=["fused", "cnn"])
 def test_fused_conv_and_pool_ops_and_their_backward_against_float64(fun, shapes):
