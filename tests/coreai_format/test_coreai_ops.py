@@ -25,6 +25,7 @@ X = np.concatenate([_rng.standard_normal(40) * 4, [np.nan, np.inf, -np.inf, -0.0
 I = _rng.integers(-50, 50, (7, 8)).astype(np.int32)
 J = _rng.integers(-3, 4, (7, 8)).astype(np.int32)
 I[0, :4], J[0, :4] = [I32_MIN, I32_MIN, 7, -7], [-1, 0, 0, -1]  # the guarded divisions
+S = (np.arange(56, dtype=np.int32).reshape(7, 8) % 40) - 3
 
 
 def _same(got, want):
@@ -52,8 +53,12 @@ EXACT = {
                             jnp.argmin(x, 0), jnp.max(x, 1), jnp.min(x, 0),
                             jnp.argmax(jnp.abs(jnp.floor(x / 4)), 1), jnp.any(x > 1, 0)), (X,)),
     # integer x / 0, x % 0 and INT_MIN / -1 are defined in XLA; Core AI's runtime would die
+    # shifts by every amount in [-3, 36] (their power-of-two divisors are never 0)
     "int_division": (lambda i, j: (lax.div(i, j), lax.rem(i, j), i // jnp.where(j == 0, 1, j),
-                                   jnp.sign(i), i & j, i | j, ~i, i ^ j, i > j, i <= j),
+                                   jnp.sign(i), i & j, i | j, ~i, i ^ j, i > j, i <= j,
+                                   lax.shift_left(i * 40503, S), lax.shift_right_logical(i, S),
+                                   lax.shift_right_arithmetic(i * 40503, S),
+                                   lax.population_count(i), lax.clz(i * 40503)),
                      (I, J)),
     "shapes": (lambda x, i: (jnp.concatenate([x, x[:1]], 0), x[:, 1:7:2], x[::-2],
                              lax.pad(x, -1.0, ((1, -1, 1), (-1, 2, 2))),
