@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DType
+from . import ca_private
 from .ops_base import NP, rule, unsupported
 
 _BINARY = {"add": "broadcasting_add", "sub": "broadcasting_sub", "mul": "broadcasting_mul",
@@ -53,6 +54,14 @@ def _unary(ctx, node, ins):
     if not _t(node).dtype.is_float:
         raise unsupported(node, f"{node.op} of {_t(node).dtype} is not lowered for Core AI")
     return getattr(ctx.ca, _UNARY[node.op])(ins[0])
+
+
+@rule("acos", "acosh")
+def _private_unary(ctx, node, ins):  # the dialect's own ops (not in the authoring API):
+    t = node.outputs[0].type  # acos 0.75 ulp, acosh 1.21 ulp at worst (docs/coreai.md)
+    if not t.dtype.is_float:
+        raise unsupported(node, f"{node.op} of {t.dtype} is not lowered for Core AI")
+    return ca_private.typed(node.op, t.shape, t.dtype.np.name, x=ins[0])
 
 
 @rule("exp2")

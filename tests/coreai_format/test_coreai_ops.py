@@ -110,13 +110,16 @@ def test_composed_transcendentals_within_measured_ulps():
     z = (y / np.float32(4.1)).astype(np.float32)
     got = rlxjax.coreml_jit(lambda a, b, c: (jnp.log1p(a), jnp.expm1(b), jnp.exp2(b),
                                              jnp.tan(c), jnp.arcsinh(b), jnp.sinh(b),
-                                             lax.erfc(b)), format="aimodel")(x, y, z)
+                                             lax.erfc(b), jnp.arccos(c / 1.5),
+                                             jnp.arccosh(jnp.abs(b) + 1)),
+                            format="aimodel")(x, y, z)
     from scipy.special import erfc
 
     x64, y64, z64 = x.astype(np.float64), y.astype(np.float64), z.astype(np.float64)
     bounds = ((np.log1p(x64), 2.5), (np.expm1(y64), 2.5), (np.exp2(y64), 1.0),
               (np.tan(z64), 1.0), (np.arcsinh(y64), 1.5), (np.sinh(y64), 1.5),
-              (erfc(y64), 3.5))
+              (erfc(y64), 3.5), (np.arccos((z / np.float32(1.5)).astype(np.float64)), 1.0),
+              (np.arccosh((np.abs(y) + np.float32(1)).astype(np.float64)), 1.5))
     for g, (w, b) in zip(got, bounds):
         assert _ulps(g, w) <= b
     n = len(specials)  # the special values give what JAX gives
