@@ -60,6 +60,15 @@ EXACT = {
                                    lax.shift_right_arithmetic(i * 40503, S),
                                    lax.population_count(i), lax.clz(i * 40503)),
                      (I, J)),
+    # int8 / uint8 carried as int32 and wrapped like JAX after every op that may leave range
+    "small_ints": (lambda a, b, ua, ub, f: (
+        a + b, a * b, -a, jnp.abs(a), a // b, a % b, jnp.sum(a, 1, dtype=jnp.int8),
+        jnp.max(a, 0), ua + ub, ua * ub, ua - ub, ua // ub, jnp.sum(ua, 0, dtype=jnp.uint8),
+        f.astype(jnp.int8), f.astype(jnp.uint8), a.astype(jnp.uint8), ua.astype(jnp.int8),
+        a.astype(jnp.float32), a > b, lax.integer_pow(a, 5), jnp.argmax(ua, 1),
+        jnp.cumsum(ua, 1, dtype=jnp.uint8)),
+        (I.astype(np.int8), np.where(J == 0, 3, J * 41).astype(np.int8), (I * 5).astype(np.uint8),
+         (np.abs(J) + 1).astype(np.uint8), X * 60)),
     "shapes": (lambda x, i: (jnp.concatenate([x, x[:1]], 0), x[:, 1:7:2], x[::-2],
                              lax.pad(x, -1.0, ((1, -1, 1), (-1, 2, 2))),
                              lax.dynamic_slice(x, (i[0, 5], i[1, 2]), (2, 3)),
