@@ -288,9 +288,7 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
             neutral.update(eqn.outvars)
             continue
         if _has_random(eqn):
-            side = [scan.HOST if v in host else scan.NEUTRAL if
-                    isinstance(v, jc.Literal) or v in neutral else scan.DEVICE
-                    for v in eqn.invars]
+            side = [_side(v, host, neutral) for v in eqn.invars]
             if prim == "scan" and scan.DEVICE in side:
                 raise _Resplit(eqn, side)
             raise _refuse(eqn, "draws random numbers inside an operation that also "
@@ -326,6 +324,14 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
     parts = SplitParts(fj, flat.consts, host_vars, in_order, needed, host_outs, drawn,
                        producer, device)
     return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs, parts)
+
+
+def _side(v, host, neutral) -> str:
+    """Which part operand ``v`` belongs to; a literal (unhashable: never a set member)
+    is usable on both sides."""
+    if isinstance(v, jc.Literal) or v in neutral:
+        return scan.NEUTRAL
+    return scan.HOST if v in host else scan.DEVICE
 
 
 def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:
