@@ -38,7 +38,7 @@ from ...errors import (ArgumentError, RlxError, UnsupportedDTypeError,
                       UnsupportedPrimitiveError)
 from ...ir import dtype_from_numpy
 from .. import uint32
-from . import liveness, loops, meta, scan
+from . import host_compile, liveness, loops, meta, scan
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _RANDOM = set(liveness.DRAWS) | set(liveness.KEY_ARITHMETIC)
@@ -410,16 +410,9 @@ def _unique_names(inputs: List[HostInput]) -> None:
 
 
 def _host_fn(fj, consts, invars, eqns, outvars):
-    def host(*leaves):
-        env = dict(zip(fj.constvars, consts))
-        env.update(zip(invars, leaves))
-        read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
-        for eqn in eqns:
-            for v, o in zip(eqn.outvars, jc.eval_equation(eqn, [read(x) for x in eqn.invars])):
-                env[v] = o
-        return [read(v) for v in outvars]
-
-    return jax.jit(host)
+    """The host part's function of its leaves: two XLA programs, the integer half
+    compiled without backend optimisation (exact, and quick to compile: host_compile.py)."""
+    return host_compile.shared(fj, consts, invars, eqns, outvars)
 
 
 def _device_closed(fj, consts, dev_vars, needed, eqns, outvars):
