@@ -9,7 +9,9 @@ of its current leaves: ``new_variable`` fills a box, ``get_variable`` reads it,
 point, so the jaxpr left computes the same values from plain arrays (and rlxjax's own
 gradient transform differentiates it like any other). Calls (``jit``) are inlined.
 
-Refused with an UnsupportedPrimitiveError naming the user's line: a hijax Variable
+Refused with an UnsupportedPrimitiveError naming the user's line: an update of a Variable
+made from the arguments (``nnx.merge`` of a State passed in: ``jax.jit`` writes its new
+value back into the argument's Variable, a compiled program cannot), a hijax Variable
 returned by the function (return its value, ``v[...]``, or ``nnx.state`` of a model
 built without hijax), passed into a loop or branch (``scan`` / ``while`` / ``cond``
 operands), or any other primitive reading one.
@@ -29,10 +31,12 @@ _CALLS = ("pjit", "jit", "closed_call", "core_call")
 
 
 class _Box:
-    """A hijax Variable during the re-trace: its current leaves."""
+    """A hijax Variable during the re-trace: its current leaves; ``from_arg``: made from
+    the function's arguments (``nnx.merge`` of a State passed in)."""
 
-    def __init__(self, leaves):
+    def __init__(self, leaves, from_arg=False):
         self.leaves = list(leaves)
+        self.from_arg = from_arg
 
 
 def _is_high(aval) -> bool:
@@ -71,7 +75,8 @@ def _refuse(eqn, what: str) -> UnsupportedPrimitiveError:
         "model without hijax"))
 
 
-def _eval(jaxpr, consts, args) -> List[Any]:
+def _eval(jaxpr, consts, args, inputs) -> List[Any]:
+    """Evaluate ``jaxpr`` on ``args``; ``inputs``: ids of the function's argument values."""
     env = dict(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
     read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
@@ -79,7 +84,7 @@ def _eval(jaxpr, consts, args) -> List[Any]:
         ins = [read(v) for v in eqn.invars]
         name = eqn.primitive.name
         if name == "new_variable":
-            outs = [_Box(ins)]
+            outs = [_Box(ins, any(id(x) in inputs for x in ins))]
         elif name == "get_variable":
             if not isinstance(ins[0], _Box):
                 raise _refuse(eqn, "a Variable passed in as an argument is read")
@@ -87,10 +92,15 @@ def _eval(jaxpr, consts, args) -> List[Any]:
         elif name == "set_variable":
             if not isinstance(ins[0], _Box):
                 raise _refuse(eqn, "a Variable passed in as an argument is updated")
+            if ins[0].from_arg:  # JAX would write the new value back into the argument
+                raise _refuse(eqn, "it updates a Variable of an argument (nnx.merge of a "
+                                   "State passed in): jax.jit writes the new value back into "
+                                   "the argument's Variable, which a compiled program cannot; "
+                                   "return the new value and assign it after the call")
             ins[0].leaves = list(ins[1:])
             outs = []
         elif name in _CALLS and _sub(eqn) and _holds(_sub(eqn)[0]):
-            outs = _eval(*_sub(eqn), ins)
+            outs = _eval(*_sub(eqn), ins, inputs)
         else:
             if any(isinstance(x, _Box) for x in ins):
                 raise _refuse(eqn, f"a Variable is an operand of '{name}' (a loop, branch "
@@ -114,4 +124,4 @@ def lower(closed):
             producer = next((e for e in j.eqns if v in e.outvars), None)
             raise _refuse(producer, "the function returns a Variable")
     structs = [jax.ShapeDtypeStruct(tuple(v.aval.shape), v.aval.dtype) for v in j.invars]
-    return jax.make_jaxpr(lambda *a: _eval(j, closed.consts, a))(*structs)
+    return jax.make_jaxpr(lambda *a: _eval(j, closed.consts, a, {id(x) for x in a}))(*structs)
