@@ -137,3 +137,41 @@ def test_host_stages_equal_one_jit_bit_for_bit():
     assert len(got) == len(want) >= 4
     for g, w in zip(got, want):
         np.testing.assert_array_equal(np.atleast_1d(g).view(np.uint8), np.atleast_1d(w).view(np.uint8))
+
+
+def temperature_sample(params, prompt, rng, eos=1, temperature=0.8, topk=3):
+    """A decode loop as flax's examples/lm1b temperature_sampler writes it: state
+    (i from -1, sequences, current token, ended flags, rng), stop at the length or when
+    every row ended, the rng split each step, top-k categorical draws."""
+    batch, length = prompt.shape
+
+    def cond(state):
+        i, _, _, ended, _ = state
+        return (i < length - 1) & ~jnp.all(ended)
+
+    def body(state):
+        i, seqs, cur, ended, rng = state
+        rng1, rng2 = jax.random.split(rng)
+        logits = jnp.tanh(params[cur[:, 0]] @ params.T)  # a tiny "model"
+        top, idx = jax.lax.top_k(logits, topk)
+        pick = jax.random.categorical(rng1, top / temperature)[:, None]
+        nxt = jnp.take_along_axis(idx, pick, axis=-1)[:, 0]
+        given = jax.lax.dynamic_slice_in_dim(prompt, i + 1, 1, axis=1)[:, 0]
+        nxt = jnp.where(given != 0, given, nxt) * ~ended[:, 0]
+        seqs = jax.lax.dynamic_update_slice(seqs, nxt[:, None], (0, i + 1))
+        ended = ended | (nxt == eos)[:, None]
+        return i + 1, seqs, nxt[:, None], ended, rng2
+
+    state = (jnp.array(-1), prompt, jnp.zeros((batch, 1), jnp.int32),
+             jnp.zeros((batch, 1), bool), rng)
+    return jax.lax.while_loop(cond, body, state)[1]
+
+
+@pytest.mark.slow
+def test_flax_style_decode_loop_equals_jax():
+    params = np.random.default_rng(1).normal(size=(7, 4)).astype(np.float32)
+    prompt = np.zeros((2, 9), np.int32)
+    prompt[:, :2] = [[3, 4], [5, 6]]
+    args = (params, prompt, jax.random.key(5))
+    np.testing.assert_array_equal(rlxjax.coreml_jit(temperature_sample, random="inputs")(*args),
+                                  jax.jit(temperature_sample)(*args))
