@@ -115,8 +115,6 @@ class CoreAIFormat(Format):
     def compile(self, program, *, keep_weight_layout: bool = False) -> CoreAIExecutable:
         from .lower import lower_program
 
-        if program.traced.host is not None:
-            raise RlxError("random= programs are not lowered for Core AI yet")
         lowered = lower_program(program)
         meta: Dict[str, str] = {}
         metadata.write_program(meta, lowered.inputs, lowered.outputs)
@@ -149,10 +147,19 @@ class CoreAIFormat(Format):
         return load_asset(path, backend, function)
 
     def check_compression(self, scheme, target) -> None:
-        raise ArgumentError("compress= is not implemented for format='aimodel' yet")
+        """Every scheme decompresses with a Core AI op on every Core AI OS (weights.py)."""
+        from ..coreml.compress import SCHEMES
+
+        if scheme is not None and scheme not in SCHEMES:
+            raise ArgumentError(f"compress={scheme!r}: choose one of {', '.join(SCHEMES)} "
+                                "(or None to store weights in fp32)")
 
     def compress_leaf(self, arr, scheme):
-        raise ArgumentError("compress= is not implemented for format='aimodel' yet")
+        """The same payload as for Core ML (the quantisers of coremltools.optimize,
+        rlxjax/coreml/compress.py), decompressed in the program by weights.py."""
+        from ..coreml.compress import compress_leaf
+
+        return compress_leaf(arr, scheme)
 
 
 FORMAT = CoreAIFormat()

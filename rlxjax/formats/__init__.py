@@ -30,6 +30,8 @@ class Entry:
     summary: str
     #: how its states hold fp32 / int32 training state (training/mlstate.py ``CODECS``)
     state_codec: str = "f16x3"
+    #: whether it has random ops (``random="device"``)
+    random_ops: bool = True
 
 
 #: every format rlxjax writes; the first is the default
@@ -42,7 +44,7 @@ REGISTRY: Dict[str, Entry] = {e.name: e for e in (
           ("coreai",),
           "Core AI program (MLIR coreai dialect bytecode; first slice: forward and gradient "
           "programs of dense models); runs on Apple's Core AI runtime (coreai-core)",
-          state_codec="plain"),
+          state_codec="plain", random_ops=False),
 )}
 DEFAULT = next(iter(REGISTRY))
 
