@@ -189,3 +189,64 @@ def serve(path: str, read, write) -> None:
                     write(("error", f"{type(e).__name__}: {e}"))
 
     asyncio.run(go())
+
+
+# -- control flow: coreai's while / if, private in coreai-core 1.0.0b3 ----------------------
+def _raw_dialect():
+    coreai()  # the private dialect module is imported after coreai.authoring
+    from coreai._compiler.dialects import coreai as raw
+    from coreai.authoring.operation import Value
+
+    return raw, Value
+
+
+def tensor_type(shape, dtype_name: str):
+    """The raw MLIR tensor type of ``shape`` / ``dtype_name`` (the results of an ``if``)."""
+    ca = coreai()
+    return ca.TensorType(tuple(shape), dtype(dtype_name))._to_mlir()  # noqa: SLF001
+
+
+def while_loop(inits, cond: Callable, body: Callable) -> list:
+    """``coreai.while`` over the loop-carried ``inits`` (authoring values): ``cond(carry)``
+    returns a rank-0 bool value, ``body(carry)`` the next carry; returns the final carry."""
+    raw, Value = _raw_dialect()
+    raw_inits = [v._to_mlir() for v in inits]  # noqa: SLF001
+    results, (before, after) = raw.while_([v.type for v in raw_inits], raw_inits)
+    with before:
+        pred = cond([Value._from_mlir(a) for a in before.arguments])  # noqa: SLF001
+        raw.condition(pred._to_mlir(), *before.arguments)  # noqa: SLF001
+    with after:
+        nxt = body([Value._from_mlir(a) for a in after.arguments])  # noqa: SLF001
+        raw.yield_([v._to_mlir() for v in nxt])  # noqa: SLF001
+    return _results(results, Value)
+
+
+def if_else(pred, result_types, then: Callable, other: Callable) -> list:
+    """``coreai.if`` on the rank-0 bool ``pred``: ``then()`` / ``other()`` build a branch
+    and return its values (of ``result_types``, raw types from ``tensor_type``)."""
+    raw, Value = _raw_dialect()
+    results, (then_b, else_b) = raw.if_(list(result_types), pred._to_mlir())  # noqa: SLF001
+    for builder, fn in ((then_b, then), (else_b, other)):
+        with builder:
+            raw.yield_([v._to_mlir() for v in fn()])  # noqa: SLF001
+    return _results(results, Value)
+
+
+def _results(results, Value) -> list:
+    if not isinstance(results, (list, tuple)) and hasattr(results, "type"):
+        return [Value._from_mlir(results)]  # noqa: SLF001
+    return [Value._from_mlir(r) for r in results]  # noqa: SLF001
+
+
+def typed(op: str, out_shape, dtype_name: str, **operands):
+    """The coreai op ``op`` (the private dialect's builder) with its result type given:
+    ``out_shape`` / ``dtype_name``. The authoring API infers a dynamic shape for some ops
+    whose shape operand is a constant (``broadcast_to``, ``gather_along_axis``), which
+    Core AI's compiler then rejects."""
+    _, Value = _raw_dialect()
+    from coreai._compiler.dialects import _coreai_ops_gen as gen
+
+    args = {k: (v._to_mlir() if isinstance(v, Value) else constant(v)._to_mlir())  # noqa: SLF001
+            for k, v in operands.items()}
+    out = getattr(gen, op)(**args, results=[tensor_type(out_shape, dtype_name)])
+    return Value._from_mlir(out)  # noqa: SLF001

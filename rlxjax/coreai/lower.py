@@ -17,6 +17,7 @@ from ..ir import DType, Graph, TensorType, verify
 from ..signature import IOSpec, feature_name, unique_names as _unique
 from . import ca_private
 from .ops import Ctx, lower_nodes
+from .ops_base import check_type
 
 
 def _io_dtype(d: DType) -> DType:
@@ -55,6 +56,13 @@ def lower_program(program) -> Lowered:
     graph = program.graph
     verify(graph)
     _check_static(graph)
+    for _, v in graph.inputs + graph.outputs:
+        check_type(v.type)
+    if not graph.outputs:  # every output made on the host (zero-size, constant)
+        raise UnsupportedPrimitiveError("program", None, "a program with no device outputs "
+                                        "(all of them zero-size or constant) is not compiled "
+                                        "for Core AI yet: Core AI cannot compile a function "
+                                        "without outputs")
     if program.precision != "fp32":
         raise UnsupportedPrimitiveError("precision", None, "format='aimodel' compiles fp32 "
                                         "programs only (yet)")
