@@ -7,9 +7,9 @@ the keys joined by '/' - the tensor names ``step.export_params`` writes to safet
 
 Between rounds a node keeps its optimizer state and step count locally, in the Flower
 ``Context.state`` of that node (a ``RecordDict`` Flower keeps on the node for the whole run
-and never sends): ``context.state["rlxjax.opt_state"]`` is an ArrayRecord of the optimizer
-state's leaves (named by position) and ``context.state["rlxjax.train"]`` a ConfigRecord
-with the step count and the rounds this node trained.
+and never sends): ``context.state["rlxjax.flower.opt_state"]`` is an ArrayRecord of the
+optimizer state's leaves (named by position) and ``context.state["rlxjax.flower.node"]`` a
+ConfigRecord with the step count and the rounds this node trained.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context
 from ..errors import ArgumentError
 from ..training.params_io import check_named, leaf_names
 
-OPT_STATE = "rlxjax.opt_state"
-TRAIN = "rlxjax.train"
+OPT_STATE = "rlxjax.flower.opt_state"
+TRAIN = "rlxjax.flower.node"
 
 
 def to_arrays(tree) -> ArrayRecord:

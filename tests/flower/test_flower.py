@@ -78,7 +78,7 @@ def test_fedavg_lora_equals_jax_optax_reference(batches):
         want = jax.tree_util.tree_leaves(states[i])
         assert len(kept) == len(want)
         _assert_close_trees([kept[str(j)].numpy() for j in range(len(want))], want)
-        assert ctx.state.config_records["rlxjax.train"]["step"] == ROUNDS * LOCAL
+        assert ctx.state.config_records["rlxjax.flower.node"]["step"] == ROUNDS * LOCAL
     # Flower's own evaluation ran the compiled accuracy on every node each round
     assert set(out.result.evaluate_metrics_clientapp) == {1, 2, 3}
     assert 0.0 <= out.result.evaluate_metrics_clientapp[3]["accuracy"] <= 1.0
