@@ -5,6 +5,7 @@ runs in a fresh ``flwr-clientapp`` process that imports JAX (~20 s each here).""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -44,9 +45,11 @@ def test_flwr_run_against_superlink_and_two_supernodes(tmp_path):
     procs = []
 
     def start(args, log):
+        # each in its own process group: a SuperNode / SuperLink starts flower-superexec
+        # and flwr-clientapp / flwr-serverapp children, stopped with it below
         procs.append(subprocess.Popen([os.path.join(BIN, args[0])] + args[1:], env=env,
                                       stdout=open(tmp_path / log, "w"),
-                                      stderr=subprocess.STDOUT))
+                                      stderr=subprocess.STDOUT, start_new_session=True))
 
     try:
         start(["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(link),
@@ -75,11 +78,22 @@ def test_flwr_run_against_superlink_and_two_supernodes(tmp_path):
         assert all(0.0 <= a <= 1.0 for a in out["accuracy"].values())
     finally:
         for p in procs:
-            p.terminate()
+            _signal_group(p, signal.SIGTERM)
         for p in procs:
             try:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                p.kill()
+                _signal_group(p, signal.SIGKILL)
                 p.wait()
+        time.sleep(2)
+        for p in procs:  # children that outlived their parent (flower-superexec)
+            _signal_group(p, signal.SIGKILL)
     assert all(p.poll() is not None for p in procs)
+
+
+def _signal_group(proc, sig):
+    """Signal the process group this test started ``proc`` in (its pid is the group id)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
