@@ -11,36 +11,19 @@ import optax
 
 import rlxjax
 
-BATCH = 16
-HIDDEN = 32
-RANK = 4
-
-
-def mlp(params, x):
-    h = jnp.tanh(x @ params["l1"]["kernel"] + params["l1"]["bias"])
-    return h @ params["l2"]["kernel"] + params["l2"]["bias"]
-
-
-def loss(tree, x, y):
-    logits = mlp(rlxjax.lora.merge(tree), x)
-    return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1))
-
-
-def accuracy(tree, x, y):
-    logits = mlp(rlxjax.lora.merge(tree), x)
-    return {"loss": -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, axis=-1)),
-            "accuracy": jnp.mean((jnp.argmax(logits, -1) == jnp.argmax(y, -1))
-                                 .astype(jnp.float32))}
+# the model, its loss and metrics are the example App's (examples/flower/rlxjax_digits/)
+from rlxjax_digits.task import BATCH, HIDDEN, RANK, loss, mlp  # noqa: E402,F401
+from rlxjax_digits.task import initial_tree as _initial_tree  # noqa: E402
+from rlxjax_digits.task import metrics as accuracy  # noqa: E402,F401
 
 
 def initial_tree(seed=0):
-    rng = np.random.default_rng(seed)
-    base = {"l1": {"kernel": (rng.normal(size=(64, HIDDEN)) / 8.0).astype(np.float32),
-                   "bias": np.zeros(HIDDEN, np.float32)},
-            "l2": {"kernel": (rng.normal(size=(HIDDEN, 10)) / 6.0).astype(np.float32),
-                   "bias": np.zeros(10, np.float32)}}
-    tree = rlxjax.lora.add_adapters(base, rank=RANK, key=jax.random.key(seed))
-    return jax.tree_util.tree_map(np.asarray, tree)
+    return jax.tree_util.tree_map(np.asarray, _initial_tree(seed))
+
+
+def mse_loss(tree, x, y):
+    """A squared-error loss (what Core AI's first slice lowers: no log_softmax yet)."""
+    return jnp.mean((mlp(rlxjax.lora.merge(tree), x) - y) ** 2)
 
 
 def digits():
@@ -71,14 +54,15 @@ def optimizer():
 
 
 def reference_fedavg(base, lora, opt, batches, *, rounds, local_steps, reset=False,
-                     clip=None):
+                     clip=None, loss_fn=None):
     """Plain JAX + optax FedAvg: every round each node starts from the global adapters,
     takes ``local_steps`` steps on its batches (batch ``step % n``) with its own optimizer
     state kept from the previous round, and the global adapters become the mean weighted by
     examples seen (``reset``: each round from ``opt.init``; ``clip``: each node's update
     scaled to L2 norm <= clip over all leaves, as Flower's fixedclipping_mod does). Returns
     (global adapters after each round, each node's optimizer state at the end)."""
-    grad = jax.jit(jax.grad(lambda l, x, y: loss({"base": base, "lora": l}, x, y)))
+    loss_fn = loss if loss_fn is None else loss_fn
+    grad = jax.jit(jax.grad(lambda l, x, y: loss_fn({"base": base, "lora": l}, x, y)))
     states = [opt.init(lora) for _ in batches]
     steps = [0] * len(batches)
     glob, history = lora, []

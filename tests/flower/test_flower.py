@@ -111,6 +111,21 @@ def test_optimizer_state_reset_policy(batches):
     assert diff > 1e-3  # keeping the momentum between rounds is a different algorithm
 
 
+def test_mlstate_step_keeps_its_optimizer_state_across_rounds(batches):
+    """state="mlstate": the step keeps params + optimizer state in Core ML states; the node
+    writes the global adapters and its kept optimizer state into a fresh device state each
+    round and reads them back after its local steps."""
+    task = Task(lambda: rlxjax.coreml_train_step(
+        fd.loss, fd.optimizer(), state="mlstate", trainable=rlxjax.lora.TRAINABLE),
+        fd.initial_tree())
+    out, _ = _run(task, batches[:2], FedAvg(fraction_evaluate=0.0, min_available_nodes=2,
+                                            min_train_nodes=2), rounds=2)
+    tree = fd.initial_tree()
+    history, _ = fd.reference_fedavg(tree["base"], tree["lora"], fd.optimizer(), batches[:2],
+                                     rounds=2, local_steps=LOCAL)
+    _assert_close_trees(out.params["lora"], history[-1])
+
+
 def test_dp_client_side_fixed_clipping(batches):
     clip = 0.05
     strategy = DifferentialPrivacyClientSideFixedClipping(
@@ -132,6 +147,27 @@ def test_dp_client_side_fixed_clipping(batches):
     step_norm = np.sqrt(sum(np.sum((np.asarray(a) - b) ** 2) for a, b in zip(
         jax.tree_util.tree_leaves(unclipped[-1]), jax.tree_util.tree_leaves(tree["lora"]))))
     assert step_norm > 2 * clip  # the clipping did bite
+
+
+def test_aimodel_client_on_core_ai_runtime(batches):
+    """The client's format is the step's: a Core AI (.aimodel) io-mode step, the adapters its
+    parameters and the base closed over (constants in the program), 2 nodes x 2 rounds on
+    Apple's Core AI runtime, against JAX + optax."""
+    pytest.importorskip("coreai.authoring", reason="format='aimodel' needs rlxjax[coreai]")
+    tree = fd.initial_tree()
+    base = tree["base"]
+
+    def loss(lora, x, y):
+        return fd.mse_loss({"base": base, "lora": lora}, x, y)
+
+    task = Task(lambda: rlxjax.coreml_train_step(loss, fd.optimizer(), format="aimodel"),
+                tree["lora"])
+    assert task.runtime().step.format_name == "aimodel"
+    out, _ = _run(task, batches[:2], FedAvg(fraction_evaluate=0.0, min_available_nodes=2,
+                                            min_train_nodes=2), rounds=2)
+    history, _ = fd.reference_fedavg(base, tree["lora"], fd.optimizer(), batches[:2],
+                                     rounds=2, local_steps=LOCAL, loss_fn=fd.mse_loss)
+    _assert_close_trees(out.params, history[-1])
 
 
 def test_wrong_arrays_are_a_clear_error_reply(batches):

@@ -32,7 +32,8 @@ N, ROUNDS, LOCAL = 4, 3, 5
 def actors_import_the_tests():
     # the ClientApp is pickled to Ray actors, which import this folder's modules by name
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE), ROOT] +
+    os.environ["PYTHONPATH"] = os.pathsep.join([HERE, os.path.dirname(HERE), ROOT,
+                                                os.path.join(ROOT, "examples", "flower")] +
                                                ([old] if old else []))
     yield
     if old is None:
