@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional
 
+import jax
 import numpy as np
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from ..errors import ArgumentError
@@ -135,8 +136,8 @@ class _Node:
         rt = self.task.runtime()
         trainable = from_arrays(record, rt.init.params)
         new, metrics = self.fit(trainable, config, context)
-        out = dict(zip(rt.names, _leaves(new)))
-        reply = ArrayRecord({name: _array(out[name]) for name in record.keys()})
+        out = dict(zip(rt.names, jax.tree_util.tree_leaves(new)))
+        reply = ArrayRecord({name: Array(np.asarray(out[name])) for name in record.keys()})
         return Message(RecordDict({key: reply, "metrics": MetricRecord(metrics)}),
                        reply_to=msg)
 
@@ -158,15 +159,3 @@ class _Node:
         metrics = {name: s / n for name, s in sums.items()}
         metrics["num-examples"] = n
         return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
-
-
-def _leaves(tree):
-    import jax
-
-    return jax.tree_util.tree_leaves(tree)
-
-
-def _array(x):
-    from flwr.app import Array
-
-    return Array(np.asarray(x))
