@@ -29,7 +29,10 @@ def _exception_classes():
                 continue
             rel = os.path.relpath(os.path.join(folder, f), os.path.dirname(root))[:-3]
             modname = rel.replace(os.sep, ".").removesuffix(".__init__")
-            mod = importlib.import_module(modname)
+            try:
+                mod = importlib.import_module(modname)
+            except rlxjax.errors.BackendUnavailableError:
+                continue  # a module of an optional extra that is not installed (rlxjax.flower)
             for name, obj in vars(mod).items():
                 if (inspect.isclass(obj) and issubclass(obj, BaseException)
                         and obj.__module__ == modname and not name.startswith("_")):
