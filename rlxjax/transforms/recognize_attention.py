@@ -13,12 +13,13 @@ with ``c_q``, ``c_k``, ``c`` scalar constants (their product is the op's ``scale
 divides q by sqrt(depth), a hand-written block divides the scores) and ``mask`` a float of
 the scores' dtype added to them. q, k and v are transposed to the op's layout
 ([batch..., L, E], [batch..., S, E], [batch..., S, EV]) and the result back to the layout
-the second dot_general produced. jax.nn.dot_product_attention's layout (scores transposed
-before the softmax, a size-1 query-group dim, no mask) is matched by attention_layouts.py.
-A boolean mask through ``where`` (``select``) becomes an additive 0/-inf mask when that is
-the same function (attention_masks.py). Everything else (a boolean mask that is not a
-constant or masks a whole row, a softmax over another axis, a batch
-dim of v paired differently, grouped-query attention) stays as it is.
+the second dot_general produced. Every other layout (jax.nn.dot_product_attention's,
+grouped-query and multi-query attention, logits reshaped around the softmax, masks that
+are inputs) is matched by attention_layouts.py. A boolean mask through ``where``
+(``select``) becomes an additive 0/-inf mask when that is the same function, else the
+op's bool mask (attention_masks.py). Everything else (a softmax over another axis, a
+batch dim of v paired differently, K/V heads repeated to the query heads, a fill too close
+to the scores, scores soft-capped or otherwise transformed) stays as it is.
 """
 from __future__ import annotations
 
@@ -91,26 +92,19 @@ def _match(d2) -> Optional[dict]:
             continue
         r = p_val.type.rank
         nb = r - 2
-        general = match_general(d2, pn, p_val, v, pb, pc, vb, vc, p_lhs, _unscaled)
         if nb < 1 or pn.params["axis"] != r - 1:
-            if general is not None:
-                return general
             continue
         if tuple(pb) != tuple(range(nb)) or tuple(pc) != (nb + 1,) or len(vc) != 1:
-            if general is not None:
-                return general
             continue
         v_free = _free(v.type.rank, vb, vc)
         if len(v_free) != 1 or v.type.rank != r:
             continue
         scores = _scores(pn.inputs[0], nb)
         if scores is None:
-            if general is not None:
-                return general
             continue
         return dict(scores, v=v, v_perm=tuple(vb) + (vc[0], v_free[0]), p_lhs=p_lhs, nb=nb,
                     out_type=d2.output.type)
-    return None
+    return match_general(d2, _unscaled)
 
 
 def _scores(s: Value, nb: int) -> Optional[dict]:
