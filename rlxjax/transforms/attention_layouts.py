@@ -43,9 +43,13 @@ def _free(rank, batch, contract):
     return [d for d in range(rank) if d not in batch and d not in contract]
 
 
-def _regroup(groups, sizes, shape) -> Optional[list]:
+def _regroup(groups, sizes, shape, from_right=False) -> Optional[list]:
     """The label groups of a reshape of a value with ``groups`` to ``shape`` (merging and
-    splitting whole labels only), or None."""
+    splitting whole labels only), or None. Where labels of size 1 could go to more than
+    one dim (any place is the same data), they are taken from the left or the right."""
+    if from_right:
+        out = _regroup([g[::-1] for g in groups[::-1]], sizes, tuple(shape)[::-1])
+        return None if out is None else [g[::-1] for g in out[::-1]]
     flat = [lb for g in groups for lb in g]
     out, i = [], 0
     for n in shape:
@@ -145,6 +149,15 @@ def _match_one(d2, p_val, v, pb, pc, vb, vc, p_lhs, unscaled) -> Optional[dict]:
     walked = _walk(p_val, unscaled)
     if walked is None:
         return None
+    ops = walked[0]
+    for from_right in ((False, True) if any(op[0] == "reshape" for op in ops) else (False,)):
+        m = _match_layout(walked, d2, p_val, v, pb, pc, vb, vc, p_lhs, unscaled, from_right)
+        if m is not None:
+            return m
+    return None
+
+
+def _match_layout(walked, d2, p_val, v, pb, pc, vb, vc, p_lhs, unscaled, from_right):
     ops, d1, scale = walked
     (xb, yb), (xc, yc) = d1.params["batch"], d1.params["contract"]
     x, y = d1.inputs
@@ -160,7 +173,7 @@ def _match_one(d2, p_val, v, pb, pc, vb, vc, p_lhs, unscaled) -> Optional[dict]:
         if kind == "transpose":
             groups = [groups[i] for i in extra["perm"]]
         elif kind == "reshape":
-            groups = _regroup(groups, sizes, val.shape)
+            groups = _regroup(groups, sizes, val.shape, from_right)
             if groups is None:
                 return None
         elif kind == "softmax":

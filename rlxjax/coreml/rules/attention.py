@@ -65,17 +65,25 @@ def probabilities(b, q, k, mask, scale):
 
 def _empty_rows_to_mean(b, out, mask, v):
     """``out`` with each row whose bool mask has no True replaced by mean_S(v)."""
-    known = b.known(mask)
-    if known is not None and np.asarray(known).any(axis=-1).all():
-        return out
-    m = b.op("cast", mask.type.with_dtype(v.dtype), x=mask, dtype=_MIL_FLOAT[v.dtype])
-    red = tuple(mask.shape[:-1]) + (1,)
-    has = b.op("reduce_max", TensorType(red, v.dtype), x=m, axes=np.asarray([-1], np.int32),
-               keep_dims=True)
-    mean = b.op("reduce_mean", TensorType(tuple(v.shape[:-2]) + (1, v.shape[-1]), v.dtype),
-                x=v, axes=np.asarray([-2], np.int32), keep_dims=True)
     e = Ew(b)
-    return e.select(e.compare("greater", has, scalar_like(v, 0)), out, mean)
+    known = b.known(mask)
+    if known is not None:  # a constant: its rows are known (no reduction of a const)
+        has = np.asarray(known).any(axis=-1, keepdims=True)
+        if has.all():
+            return out
+        has = b.const(has)
+    else:
+        m = b.op("cast", mask.type.with_dtype(v.dtype), x=mask, dtype=_MIL_FLOAT[v.dtype])
+        red = tuple(mask.shape[:-1]) + (1,)
+        has = e.compare("greater", b.op("reduce_max", TensorType(red, v.dtype), x=m,
+                                        axes=np.asarray([-1], np.int32), keep_dims=True),
+                        scalar_like(v, 0))
+    kv = b.known(v)
+    mean = (b.const(np.mean(kv, axis=-2, keepdims=True, dtype=np.float64).astype(kv.dtype))
+            if kv is not None else
+            b.op("reduce_mean", TensorType(tuple(v.shape[:-2]) + (1, v.shape[-1]), v.dtype),
+                 x=v, axes=np.asarray([-2], np.int32), keep_dims=True))
+    return e.select(has, out, mean)
 
 
 def _sdpa_scale_matches(scale, depth, dtype) -> bool:
