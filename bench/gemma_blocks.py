@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 K_MASK = -2.3819763e38
-B, T, D, N, KV, H, F = 2, 16, 64, 4, 1, 16, 128  # batch, length, width, heads, kv heads, head dim, ffw
+# batch, length, width, heads, kv heads (MQA, as Gemma 2B), head dim, ffw width
+B, T, D, N, KV, H, F = 2, 16, 64, 4, 1, 16, 128
 
 
 def _rope(inputs, positions, head_dim, max_wavelength=10_000):

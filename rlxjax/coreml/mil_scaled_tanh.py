@@ -13,12 +13,11 @@ the mul's the fused op, which keeps the mul's output name.
 """
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
-from .mil import blocks, top_blocks, walk
-from .mil_linear_bias import _dims, _fresh, _names, _set_name, _single_name
+from .mil import top_blocks, walk
+from .mil_peephole import dims as _dims, fresh as _fresh, index as _index, set_name as _set_name
+from .mil_peephole import single_name as _single_name
 
 
 def _one_like(const_op):
@@ -37,14 +36,7 @@ def _one_like(const_op):
 
 
 def _fuse_top_block(top) -> int:
-    reads = Counter()
-    producer = {}
-    for site in walk(top):
-        reads.update(_names(site.op))
-        for o in site.op.outputs:
-            producer[o.name] = site
-    for block in blocks(top):
-        reads.update(block.outputs)
+    reads, producer = _index(top)
     fused = 0
     for site in list(walk(top)):
         mul = site.op
