@@ -6,7 +6,8 @@ the flax package, so it is written out here as it reads): MQA as Gemma 2B config
 (one K/V head, ``'BTNH,BSNH->BTNS'`` broadcasting it), the bool ``attn_mask`` an input,
 masked with ``where(mask, logits, K_MASK)``; with ``soft_cap`` Gemma 2's logit soft-capping
 ``tanh(logits / c) · c``. ``keras_block`` is keras-hub's own GemmaDecoderBlock through
-``stateless_call`` (needs keras_hub: run under /work/.venv-keras with KERAS_BACKEND=jax).
+``stateless_call`` (needs keras_hub: run under /work/.venv-keras with KERAS_BACKEND=jax),
+``keras_llama_block`` its LlamaTransformerDecoder (grouped-query attention).
 Each returns ``(fn, args)`` with ``fn(params, x, *rest)``.
 """
 from __future__ import annotations
@@ -97,6 +98,25 @@ def keras_block():
 
     def block(tv, x, padding_mask):
         return layer.stateless_call(tv, ntv, x, padding_mask=padding_mask)[0]
+
+    x = np.random.default_rng(0).standard_normal((B, T, D)).astype(np.float32)
+    padding_mask = np.arange(T)[None] < np.array([T, T - 5])[:, None]
+    return block, (tv, x, padding_mask)
+
+
+def keras_llama_block():
+    """keras-hub's LlamaTransformerDecoder (GQA: K/V heads repeated to the query heads, then
+    keras' ops.dot_product_attention, i.e. jax.nn.dot_product_attention, on JAX)."""
+    from keras_hub.src.models.llama.llama_decoder import LlamaTransformerDecoder
+
+    layer = LlamaTransformerDecoder(intermediate_dim=F, num_query_heads=N,
+                                    num_key_value_heads=2)
+    layer.build((B, T, D))
+    tv = [np.asarray(v.value) for v in layer.trainable_variables]
+    ntv = [np.asarray(v.value) for v in layer.non_trainable_variables]
+
+    def block(tv, x, padding_mask):
+        return layer.stateless_call(tv, ntv, x, decoder_padding_mask=padding_mask)[0]
 
     x = np.random.default_rng(0).standard_normal((B, T, D)).astype(np.float32)
     padding_mask = np.arange(T)[None] < np.array([T, T - 5])[:, None]

@@ -183,6 +183,7 @@ def gemma_ops():
     try:
         import keras_hub  # noqa: F401
         cases["keras-hub Gemma block"] = gemma_blocks.keras_block
+        cases["keras-hub Llama block"] = gemma_blocks.keras_llama_block
     except ImportError:
         print("(keras_hub not importable: run under /work/.venv-keras, KERAS_BACKEND=jax, "
               "for the keras-hub block)")
@@ -215,7 +216,7 @@ def _print_fused(rows):
 
 
 def _print_gemma():
-    print("non-const MIL ops of Gemma blocks on iOS18, fused vs both passes off "
+    print("non-const MIL ops of Gemma / Llama blocks on iOS18, fused vs both passes off "
           "(att: fused attention ops)")
     rows = gemma_ops()
     _print_fused([r[:5] for r in rows])
