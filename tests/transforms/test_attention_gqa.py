@@ -240,3 +240,24 @@ def test_bool_mask_fold_matches_jax(target):
     f = lambda: _jax_nn(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), mask)  # noqa: E731
     c = rlxjax.coreml_jit(f, target=target, backend=TEST_BACKEND).lower().compile()
     assert_tree_close(c(), f(), **TOL)
+
+
+def test_decode_step_over_a_cache():
+    """One decode step as a KV-cached loop writes it: the new K/V written into the cache
+    at an index that is an input (flax's gemma example's dynamic_update_slice), the mask
+    ``arange(S) <= index`` computed from it, one query over the cache (GQA)."""
+    b, s, n, kh, h = 2, 8, 4, 2, 8
+    r = np.random.default_rng(7)
+
+    def f32(*shape):
+        return r.standard_normal(shape).astype(np.float32)
+
+    def decode(q, k_new, v_new, k_cache, v_cache, index):
+        k = jax.lax.dynamic_update_slice(k_cache, k_new, (0, index, 0, 0))
+        v = jax.lax.dynamic_update_slice(v_cache, v_new, (0, index, 0, 0))
+        mask = (jnp.arange(s) <= index)[None, None, None, :]
+        return jax.nn.dot_product_attention(q, k, v, mask=mask)
+
+    args = (f32(b, 1, n, h), f32(b, 1, kh, h), f32(b, 1, kh, h), f32(b, s, kh, h),
+            f32(b, s, kh, h), np.int32(3))
+    _check(decode, args, "iOS18", (0, 1, 2, 3, 4))
