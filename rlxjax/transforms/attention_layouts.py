@@ -78,7 +78,7 @@ def _walk(p_val: Value, unscaled):
     the scale) or None. Each op is (kind, value, extra)."""
     ops, v, scale = [], p_val, 1.0
     seen_softmax = seen_scale = False
-    masks: List[str] = []
+    masks: List[str] = []  # at most one: a where or an add
     for _ in range(64):
         n = v.node
         if n is None:
@@ -104,7 +104,7 @@ def _walk(p_val: Value, unscaled):
             masks.append("where")
             v = w[0]
             continue
-        if n.op == "add" and "add" not in masks and not masks and not seen_scale:
+        if n.op == "add" and not masks and not seen_scale:
             for t, m in (n.inputs, n.inputs[::-1]):
                 if (m.dtype == v.dtype and tuple(t.shape) == tuple(v.shape)
                         and m.type.rank <= v.type.rank

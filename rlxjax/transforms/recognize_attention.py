@@ -18,8 +18,8 @@ grouped-query and multi-query attention, logits reshaped around the softmax, mas
 are inputs) is matched by attention_layouts.py. A boolean mask through ``where``
 (``select``) becomes an additive 0/-inf mask when that is the same function, else the
 op's bool mask (attention_masks.py). Everything else (a softmax over another axis, a
-batch dim of v paired differently, K/V heads repeated to the query heads, a fill too close
-to the scores, scores soft-capped or otherwise transformed) stays as it is.
+batch dim of v paired differently, a fill too close to the scores, two masks at once,
+scores soft-capped or otherwise transformed) stays as it is.
 """
 from __future__ import annotations
 

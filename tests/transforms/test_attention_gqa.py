@@ -73,6 +73,18 @@ def _jax_nn(q, k, v, mask):
     return jax.nn.dot_product_attention(q, k, v, bias=mask[:, None])
 
 
+def _llama_keras(q, k, v, mask):
+    """keras-hub LlamaAttention / MistralAttention on JAX: K/V repeated to the query heads
+    (``ops.repeat(key, num_key_value_groups, axis=2)``), then keras' ops.dot_product_attention
+    (jax.nn.dot_product_attention) with the bool mask and scale 1/sqrt(head_dim)."""
+    groups = q.shape[2] // k.shape[2]
+    k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)
+    m = None if mask is None else mask[:, None]
+    if mask is not None and mask.dtype != jnp.bool_:
+        return jax.nn.dot_product_attention(q, k, v, bias=m, scale=1 / np.sqrt(q.shape[-1]))
+    return jax.nn.dot_product_attention(q, k, v, mask=m, scale=1 / np.sqrt(q.shape[-1]))
+
+
 def _mqa(q, k, v, mask):
     """multi-query attention: one K/V head, written without a head dim."""
     s = jnp.einsum("btnh,bsh->bnts", q, k[:, :, 0]) / np.sqrt(q.shape[-1])
@@ -83,11 +95,12 @@ def _mqa(q, k, v, mask):
 
 
 FORMS = {"gemma_flax": _gemma_flax, "gemma_flax_mqa": _gemma_flax_mqa,
-         "gemma_keras": _gemma_keras, "jax_nn": _jax_nn, "mqa": _mqa}
+         "gemma_keras": _gemma_keras, "jax_nn": _jax_nn, "llama_keras": _llama_keras,
+         "mqa": _mqa}
 #: which mask kinds each form takes as an input (gemma_flax: bool; gemma_keras: additive)
 MASKS = {"gemma_flax": ("none", "bool"), "gemma_flax_mqa": ("none", "bool"),
          "gemma_keras": ("none", "add"), "jax_nn": ("none", "bool", "add"),
-         "mqa": ("none", "bool", "add")}
+         "llama_keras": ("none", "bool"), "mqa": ("none", "bool", "add")}
 ONE_KV_HEAD = ("mqa", "gemma_flax_mqa")
 
 
