@@ -122,7 +122,7 @@ class Compiled:
             raise ArgumentError(
                 f"this program has states {list(self.state_names)}: pass "
                 "state=compiled.make_state()" if self.state_names else
-                "this program has no Core ML states: call it without state=")
+                "this program has no states: call it without state=")
         if backend is None:  # every output is zero-size: nothing to run
             res = {}
         else:
@@ -150,7 +150,7 @@ class Compiled:
         zero-filled ``ReferenceState`` on the reference backend), with ``read_state(name)``
         and ``write_state(name, fp16 array)``."""
         if not self.state_names:
-            raise ArgumentError("this program has no Core ML states")
+            raise ArgumentError("this program has no states")
         return self._get_backend().make_state()
 
     # -- inspecting ----------------------------------------------------------------
@@ -245,6 +245,11 @@ class CoreMLFunction:
         self.precision = precision
         self.backend = resolve_backend(backend, format)
         check_random_mode(random)
+        if random == "device" and not formats.REGISTRY[format].random_ops:
+            raise ArgumentError(f"random='device' draws with the format's own random ops, and "
+                                f"format={format!r} has none (Core AI has no random ops): use "
+                                "random='inputs' (the draws are made by JAX on the host and fed "
+                                "to the program, exactly JAX's numbers)")
         self.random = random
         self._cache: Dict[Any, Compiled] = {}
         self.__wrapped__ = fun

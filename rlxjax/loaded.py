@@ -123,9 +123,9 @@ class LoadedFunction:
     def __call__(self, *args, state=None, **kwargs) -> Dict[str, np.ndarray]:
         if bool(self.state_names) != (state is not None):
             raise ArgumentError(
-                f"the package has Core ML states {list(self.state_names)}: pass "
+                f"the package has states {list(self.state_names)}: pass "
                 "state=model.make_state()" if self.state_names else
-                "the package has no Core ML states: call it without state=")
+                "the package has no states: call it without state=")
         if state is not None:
             self._share(state)
         feeds = self._feeds(args, kwargs)

@@ -52,6 +52,11 @@ class Executable(abc.ABC):
     def state_names(self) -> Tuple[str, ...]:
         """The program's states (empty for a stateless program)."""
 
+    @property
+    def state_graph_names(self) -> Dict[str, str]:
+        """Each state's RLX graph input name ('state.f32.exp') -> its name in the program."""
+        return {}
+
     @abc.abstractmethod
     def runner(self, backend: str):
         """An object with ``run(feeds, state=None) -> {feature: array}`` and
