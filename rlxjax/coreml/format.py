@@ -78,6 +78,7 @@ class CoreMLFormat(Format):
     name = "mlpackage"
     suffix = MLPACKAGE_SUFFIX
     default_target = "iOS17"
+    attention_bool_masks = True  # coreml/rules/attention.py
 
     def target(self, target) -> Target:
         return target if isinstance(target, Target) else get_target(target)  # (resolve_target)

@@ -131,8 +131,9 @@ def _scores_like(t: Value) -> bool:
     return t.node is not None and t.node.op != "constant" and const_value(t) is None
 
 
-def match_general(d2, unscaled) -> Optional[dict]:
-    """The pattern of the module docstring at the second dot_general ``d2``."""
+def match_general(d2, unscaled, bool_masks: bool = True) -> Optional[dict]:
+    """The pattern of the module docstring at the second dot_general ``d2`` (with a bool
+    mask only if ``bool_masks``)."""
     (lb, rb), (lc, rc) = d2.params["batch"], d2.params["contract"]
     a, b = d2.inputs
     for p_val, v, pb, pc, vb, vc, p_lhs in ((a, b, lb, lc, rb, rc, True),
@@ -140,6 +141,8 @@ def match_general(d2, unscaled) -> Optional[dict]:
         if len(pc) != 1 or len(vc) != 1 or len(pb) != len(vb):
             continue
         m = _match_one(d2, p_val, v, tuple(pb), pc[0], tuple(vb), vc[0], p_lhs, unscaled)
+        if m is not None and not bool_masks and _is_bool_mask(m["mask"]):
+            return None
         if m is not None:
             return m
     return None
@@ -224,6 +227,12 @@ def _match_layout(walked, d2, p_val, v, pb, pc, vb, vc, p_lhs, unscaled, from_ri
                 p_free_shape=[p_val.shape[d] for d in p_free], pb=pb, p_lhs=p_lhs,
                 batch_order=[groups[d][0][1] for d in pb],
                 out_type=d2.output.type, general=True)
+
+
+def _is_bool_mask(mask) -> bool:
+    if isinstance(mask, np.ndarray):
+        return mask.dtype == np.bool_
+    return mask is not None and mask[0].dtype.np == np.bool_ and not mask[-1]
 
 
 def _mask_to_layout(mask, want, sizes, nb) -> Tuple[str, object]:

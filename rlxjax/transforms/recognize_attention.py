@@ -1,6 +1,7 @@
 """Recognise scaled dot-product attention as the fused RLX ``attention`` op.
 
-``recognize_attention(graph)`` rewrites ``graph`` in place and returns ``{"attention": n}``.
+``recognize_attention(graph)`` rewrites ``graph`` in place and returns ``{"attention": n}``
+(``attention_bool_masks=False``: no op with a bool mask, for a format that lowers none).
 It runs after recognize_activations, so the softmax is already one node. The pattern:
 
     scores = dot_general(q·c_q, k·c_k) · c (+ mask)     one contracted dim (E), one free
@@ -34,11 +35,11 @@ from .rewrite import Appender, dce, substitute
 __all__ = ["recognize_attention"]
 
 
-def recognize_attention(graph: Graph) -> Dict[str, int]:
+def recognize_attention(graph: Graph, attention_bool_masks: bool = True) -> Dict[str, int]:
     matches = {}
     for node in graph.nodes:
         if node.op == "dot_general" and node.output.dtype.is_float and node.output.type.is_static:
-            m = _match(node)
+            m = _match(node, attention_bool_masks)
             if m is not None:
                 matches[id(node)] = m
     if not matches:
@@ -82,7 +83,7 @@ def _unscaled(v: Value) -> Tuple[float, Value]:
     return 1.0, v
 
 
-def _match(d2) -> Optional[dict]:
+def _match(d2, bool_masks: bool = True) -> Optional[dict]:
     (lb, rb), (lc, rc) = d2.params["batch"], d2.params["contract"]
     a, b = d2.inputs
     for p_val, v, pb, pc, vb, vc, p_lhs in ((a, b, lb, lc, rb, rc, True),
@@ -104,7 +105,7 @@ def _match(d2) -> Optional[dict]:
             continue
         return dict(scores, v=v, v_perm=tuple(vb) + (vc[0], v_free[0]), p_lhs=p_lhs, nb=nb,
                     out_type=d2.output.type)
-    return match_general(d2, _unscaled)
+    return match_general(d2, _unscaled, bool_masks)
 
 
 def _scores(s: Value, nb: int) -> Optional[dict]:

@@ -274,3 +274,16 @@ def test_decode_step_over_a_cache():
     args = (f32(b, 1, n, h), f32(b, 1, kh, h), f32(b, 1, kh, h), f32(b, s, kh, h),
             f32(b, s, kh, h), np.int32(3))
     _check(decode, args, "iOS18", (0, 1, 2, 3, 4))
+
+
+def test_a_format_without_bool_masks_keeps_them_decomposed():
+    """Core AI does not lower the op's bool mask (Format.attention_bool_masks): there a
+    bool input mask leaves the attention decomposed (the softmax fused), an additive one is
+    fused as before."""
+    q, k, v, keep = _inputs(8, 1, 3, 4, 2, 2, 4, "bool", True)
+    bias = np.where(keep, 0, -3).astype(np.float32)
+    for mask, fused in ((keep, False), (bias, True)):
+        low = rlxjax.coreml_jit(_jax_nn, format="aimodel").lower(q, k, v, mask)
+        hist = low.graph.op_histogram()
+        assert ("attention" in hist) == fused and ("softmax" in hist) != fused, hist
+        assert "attention" in rlxjax.coreml_jit(_jax_nn).lower(q, k, v, mask).graph.op_histogram()
