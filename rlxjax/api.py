@@ -294,7 +294,8 @@ class CoreMLFunction:
         if self.flexible:  # named axes -> symbolic dims (rlxjax/flexible.py)
             specs, enumerated = self._flexible_structs(specs, len(args))
         traced = trace(positional, specs, self._names(len(args)), random=self.random)
-        pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
+        pipeline.run_passes(traced.graph, pipeline.BEFORE_AD,  # transforms/pipeline.py
+                            attention_bool_masks=self.format.attention_bool_masks)
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
         return Lowered(traced, self.target, self.precision, self.backend,

@@ -87,6 +87,10 @@ class Format(abc.ABC):
     name: str
     suffix: str
     default_target: str
+    #: whether the format lowers the fused attention op with a bool mask (rlxjax/ir/
+    #: attention.py: fully masked rows uniform); without it recognize_attention leaves such
+    #: attention (a ``where`` mask that is an input, or has a fully masked row) decomposed
+    attention_bool_masks: bool = False
 
     @abc.abstractmethod
     def target(self, target) -> Target:
