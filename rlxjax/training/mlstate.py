@@ -123,6 +123,12 @@ def decode_i32_np(hi, mid, lo) -> np.ndarray:
     return ((h * I32_BASE + m) * I32_BASE + l_).astype(np.int32)
 
 
+_F32_ENCODE = {"exact": encode_f32, "fp16": lambda x: (x.astype(jnp.float16),),
+               "native": lambda x: (x,)}
+_F32_DECODE = {"exact": decode_f32, "fp16": lambda p: p.astype(jnp.float32),
+               "native": lambda p: p}
+
+
 # -- layout: where each leaf lives -------------------------------------------------------
 @dataclass(frozen=True)
 class Slot:
@@ -134,10 +140,18 @@ class Slot:
     size: int
 
 
+#: how the fp32 leaves are stored: "exact" (the three-piece codec above), "fp16" (one fp16
+#: state, rounded: an explicit opt-in for inference caches), "native" (one fp32 state, for a
+#: format whose states are fp32)
+F32_STORAGE = {"exact": F32_PIECES, "fp16": ("f16",), "native": ("f32",)}
+
+
 @dataclass(frozen=True)
 class Layout:
     slots: Tuple[Slot, ...]
     n_params: int
+    prefix: str = "state"   # graph names of the states: '<prefix>.f32.exp', ...
+    f32: str = "exact"      # F32_STORAGE
 
     def group(self, dtype: str) -> List[Slot]:
         return [s for s in self.slots if s.dtype == dtype]
@@ -147,26 +161,34 @@ class Layout:
 
     def states(self) -> List[Tuple[str, str, int]]:
         """(graph input name, role, length) of every state."""
+        return [(name, role, n) for name, role, n, _ in self.typed_states()]
+
+    def typed_states(self) -> List[Tuple[str, str, int, str]]:
+        """(graph input name, role, length, numpy dtype) of every state."""
         out = []
-        for dtype, tag, pieces in (("float32", "f32", F32_PIECES), ("int32", "i32", I32_PIECES)):
+        for dtype, tag, pieces in (("float32", "f32", F32_STORAGE[self.f32]),
+                                   ("int32", "i32", I32_PIECES)):
             n = self.length(dtype)
+            kind = "float32" if self.f32 == "native" else "float16"  # (i32 digits too)
             if n:
-                out += [(f"state.{tag}.{p}", f"{tag}_{p}", n) for p in pieces]
+                out += [(f"{self.prefix}.{tag}.{p}", f"{tag}_{p}", n, kind) for p in pieces]
         return out
 
 
-def make_layout(names: Sequence[str], roles: Sequence[str], structs) -> Layout:
+def make_layout(names: Sequence[str], roles: Sequence[str], structs, *, prefix: str = "state",
+                f32: str = "exact", what: str = "state='mlstate'",
+                instead: str = "use state='io'") -> Layout:
     """Where each leaf (``structs``: shape and canonical numpy dtype) lives in the states."""
     slots, offsets = [], {"float32": 0, "int32": 0}
     for name, role, t in zip(names, roles, structs):
         dt = np.dtype(t.dtype).name
         if dt not in offsets:
-            raise ArgumentError(f"state='mlstate' stores float32 and int32 leaves; '{name}' is "
-                                f"{dt} (use state='io')")
+            raise ArgumentError(f"{what} stores float32 and int32 leaves; '{name}' is "
+                                f"{dt} ({instead})")
         size = int(np.prod(t.shape, dtype=np.int64))
         slots.append(Slot(name, role, dt, tuple(t.shape), offsets[dt], size))
         offsets[dt] += size
-    return Layout(tuple(slots), sum(r == "param" for r in roles))
+    return Layout(tuple(slots), sum(r == "param" for r in roles), prefix, f32)
 
 
 def state_bindings(layout: Layout) -> Dict[str, str]:
@@ -179,7 +201,8 @@ def unpack(layout: Layout, *pieces):
     it = iter(pieces)
     flat = {}
     if layout.length("float32"):
-        flat["float32"] = decode_f32(next(it), next(it), next(it))
+        k = len(F32_STORAGE[layout.f32])
+        flat["float32"] = _F32_DECODE[layout.f32](*(next(it) for _ in range(k)))
     if layout.length("int32"):
         flat["int32"] = decode_i32(next(it), next(it), next(it))
     return [lax.slice(flat[s.dtype], (s.offset,), (s.offset + s.size,)).reshape(s.shape)
@@ -189,10 +212,13 @@ def unpack(layout: Layout, *pieces):
 def pack(layout: Layout, *leaves):
     """Traced: leaves in layout order -> state pieces."""
     out = []
-    for dtype, enc in (("float32", encode_f32), ("int32", encode_i32)):
+    for dtype, enc in (("float32", _F32_ENCODE[layout.f32]), ("int32", encode_i32)):
         group = [x for s, x in zip(layout.slots, leaves) if s.dtype == dtype]
         if group:
-            out += list(enc(jnp.concatenate([x.reshape(-1) for x in group])))
+            pieces = enc(jnp.concatenate([x.reshape(-1) for x in group]))
+            if layout.f32 == "native":  # fp32 states only: the int32 digits as fp32
+                pieces = [p.astype(jnp.float32) for p in pieces]
+            out += list(pieces)
     return out
 
 
@@ -207,17 +233,14 @@ def rewrite_to_states(g, layout: Layout, in_vals, out_vals, n_outputs: int) -> N
     from ..transforms.rewrite import substitute
 
     piece_inputs = []
-    for name, _, n in layout.states():
-        v = g.new_value(TensorType((n,), DType.f16))
+    for name, _, n, dtype in layout.typed_states():
+        v = g.new_value(TensorType((n,), DType.f16 if dtype == "float16" else DType.f32))
         piece_inputs.append((name, v))
     drop = {v.id for v in in_vals}
     g.inputs = piece_inputs + [(n, v) for n, v in g.inputs if v.id not in drop]
 
-    def sds(n):
-        return jax.ShapeDtypeStruct((n,), jnp.float16)
-
     closed = jax.make_jaxpr(lambda *p: unpack(layout, *p))(
-        *[sds(n) for _, _, n in layout.states()])
+        *[jax.ShapeDtypeStruct((n,), dt) for _, _, n, dt in layout.typed_states()])
     n0 = len(g.nodes)
     decoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, [v for _, v in piece_inputs])
     g.nodes = g.nodes[n0:] + g.nodes[:n0]   # the decode reads only the states: run it first
@@ -234,22 +257,34 @@ def rewrite_to_states(g, layout: Layout, in_vals, out_vals, n_outputs: int) -> N
 
 
 # -- the same packing on the host ----------------------------------------------------
+_F32_HOST = {"exact": (encode_f32_np, decode_f32_np),
+             "fp16": (lambda x: (np.asarray(x, np.float32).astype(np.float16),),
+                      lambda p: np.asarray(p, np.float16).astype(np.float32)),
+             "native": (lambda x: (np.asarray(x, np.float32),),
+                        lambda p: np.asarray(p, np.float32))}
+
+
 def host_pack(layout: Layout, leaves) -> Dict[str, np.ndarray]:
     out = {}
-    for dtype, tag, enc, names in (("float32", "f32", encode_f32_np, F32_PIECES),
+    f32_enc = _F32_HOST[layout.f32][0]
+    for dtype, tag, enc, names in (("float32", "f32", f32_enc, F32_STORAGE[layout.f32]),
                                    ("int32", "i32", encode_i32_np, I32_PIECES)):
         group = [np.asarray(x, dtype).reshape(-1) for s, x in zip(layout.slots, leaves)
                  if s.dtype == dtype]
         if group:
-            out.update(zip((f"state.{tag}.{p}" for p in names), enc(np.concatenate(group))))
+            pieces = enc(np.concatenate(group))
+            if layout.f32 == "native":  # fp32 states only: the int32 digits as fp32
+                pieces = [np.asarray(p, np.float32) for p in pieces]
+            out.update(zip((f"{layout.prefix}.{tag}.{p}" for p in names), pieces))
     return out
 
 
 def host_unpack(layout: Layout, pieces: Dict[str, np.ndarray]) -> List[np.ndarray]:
-    flat = {}
+    flat, pre = {}, layout.prefix
     if layout.length("float32"):
-        flat["float32"] = decode_f32_np(*(pieces[f"state.f32.{p}"] for p in F32_PIECES))
+        dec = _F32_HOST[layout.f32][1]
+        flat["float32"] = dec(*(pieces[f"{pre}.f32.{p}"] for p in F32_STORAGE[layout.f32]))
     if layout.length("int32"):
-        flat["int32"] = decode_i32_np(*(pieces[f"state.i32.{p}"] for p in I32_PIECES))
+        flat["int32"] = decode_i32_np(*(pieces[f"{pre}.i32.{p}"] for p in I32_PIECES))
     return [flat[s.dtype][s.offset:s.offset + s.size].reshape(s.shape).copy()
             for s in layout.slots]
