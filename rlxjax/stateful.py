@@ -288,3 +288,54 @@ def share(handle, backend) -> None:
     if program is not None and owner is not None and owner is not program and \
             hasattr(handle, "share_with"):
         handle.share_with(program)
+
+
+# -- several functions, one package ----------------------------------------------------------
+def save_functions(path, functions: Dict[str, Any], default: Optional[str] = None) -> str:
+    """Write compiled functions (``{"prefill": compiled, "decode": compiled}``) as one
+    package (Core ML: a multifunction ML Program, iOS18) with ``default`` (the first name
+    when None) as its default function. The functions that have states must declare the
+    same ones (the same state argument), so that one state serves them all; a constant the
+    functions share (a weight) is stored once. ``rlxjax.load(path).function(name)`` runs
+    each; ``make_state()`` of any of them is shared by all."""
+    if not isinstance(functions, dict) or not functions:
+        raise ArgumentError("save_functions(path, {name: compiled, ...}): a non-empty dict "
+                            "of compiled functions (f.lower(*args).compile())")
+    names = list(functions)
+    for name, c in functions.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ArgumentError(f"function name {name!r} is not an identifier")
+        if not hasattr(c, "executable"):
+            raise ArgumentError(f"function '{name}' is {type(c).__name__}, not a compiled "
+                                "function (f.lower(*args).compile())")
+    default = names[0] if default is None else default
+    if default not in functions:
+        raise ArgumentError(f"default={default!r} is none of the functions {names}")
+    fmts = {c.format.name for c in functions.values()}
+    if len(fmts) != 1:
+        raise ArgumentError(f"the functions are compiled to different formats {sorted(fmts)}")
+    for name, c in functions.items():
+        if c.target is not None:
+            c.target.require("iOS18", f"a package of several functions ('{name}')")
+    declared = {}
+    for name, c in functions.items():
+        rows = metadata.read(c.metadata, metadata.IO, {}).get("states", [])
+        if rows:
+            declared[name] = sorted((r["mil_name"], tuple(r["shape"]), r["dtype"]) for r in rows)
+    if len({tuple(v) for v in declared.values()}) > 1:
+        a, b = list(declared)[:2]
+        raise ArgumentError(
+            f"functions '{a}' and '{b}' declare different states ({declared[a]} and "
+            f"{declared[b]}): the functions of one package share one state, so each "
+            "stateful function takes the same state argument")
+    fmt = next(iter(functions.values())).format
+    return fmt.save_functions([(n, c.executable) for n, c in functions.items()], default, path)
+
+
+def wrap_loaded(handle, meta):
+    """A loaded function's state: a ``StateValues`` when the function is stateful
+    (``rlxjax.state``; ``read()`` gives a dict of leaf name -> array), else ``handle``."""
+    row = metadata.read(meta, metadata.STATE, None)
+    if row is None:
+        return handle
+    return StateValues(handle, layout_from_metadata(row), state_names(meta))

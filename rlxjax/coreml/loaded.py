@@ -210,7 +210,7 @@ class LoadedModel(LoadedFunction):
         if folder is not None:
             from ..training.checkpoint import read_state_files
             read_state_files(state, self.state_names, folder)
-        return state
+        return self._wrap_state(state)
 
     def _make_state(self):
         if self.backend in REFERENCE_BACKENDS:
