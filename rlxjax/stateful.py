@@ -161,10 +161,11 @@ def layout_from_metadata(row: dict) -> StateLayout:
 
 
 # -- the graph rewrite ----------------------------------------------------------------------
-def to_states(traced, layout: StateLayout, dyn_index: int):
+def to_states(traced, layout: StateLayout, dyn_index: int, other_states=()):
     """``traced`` of ``fn`` (returning ``(out, new_state)``) with the leaves of the state
     argument (the ``dyn_index``-th traced argument) made states: the program takes the
-    other arguments and returns ``out``."""
+    other arguments and returns ``out``. ``other_states``: graph inputs that are states
+    already (no argument leaves)."""
     from .frontend import Traced
     from .ir import verify
     from .transforms.rewrite import dce
@@ -195,7 +196,8 @@ def to_states(traced, layout: StateLayout, dyn_index: int):
                             "zero-size tensors; leave it out of the state argument")
     g = traced.graph
     where = traced.leaf_inputs()
-    in_vals = [g.inputs[where[i]][1] for i in range(lo, hi)]
+    leaf_ins = [v for name, v in g.inputs if name not in other_states]
+    in_vals = [leaf_ins[where[i]] for i in range(lo, hi)]
     out_vals = [v for _, v in g.outputs[len(g.outputs) - n:]]
     for s, v in zip(layout.tensors.slots, out_vals):
         if (tuple(v.type.shape), v.dtype.np.name) != (s.shape, s.dtype):
