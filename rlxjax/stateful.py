@@ -64,7 +64,7 @@ def f32_storage(fmt, precision: str) -> str:
     """How ``fmt`` stores the fp32 leaves of a state at ``precision``."""
     if precision not in PRECISIONS:
         raise ArgumentError(f"state_precision must be one of {PRECISIONS}, got {precision!r}")
-    dtypes = getattr(fmt, "state_dtypes", ("float16",))
+    dtypes = ("float16",) if fmt is None else fmt.state_dtypes
     if "float32" in dtypes:
         return "native"
     return precision

@@ -73,6 +73,7 @@ class CoreMLFormat(Format):
     name = "mlpackage"
     suffix = MLPACKAGE_SUFFIX
     default_target = "iOS17"
+    state_dtypes = ("float16",)  # Core ML states are fp16 tensors (coreml/states.py)
 
     def target(self, target) -> Target:
         return target if isinstance(target, Target) else get_target(target)  # (resolve_target)

@@ -82,6 +82,10 @@ class Format(abc.ABC):
     name: str
     suffix: str
     default_target: str
+    #: the dtypes a state of this format can hold: a stateful function (rlxjax/stateful.py)
+    #: keeps fp32 leaves as they are when "float32" is one, else in fp16 pieces (exactly,
+    #: with training/mlstate.py's codec)
+    state_dtypes: Tuple[str, ...] = ("float16",)
 
     @abc.abstractmethod
     def target(self, target) -> Target:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,76 +19,26 @@ import pytest
 
 import rlxjax
 from rlxjax import lora
+from models import KV_LM_VOCAB, KVLM, kv_lm_decode, kv_lm_init, kv_lm_prefill
 
-V, D, H, L, T = 32, 32, 2, 2, 24   # vocab, width, heads, layers, max length
 N_NEW = 16
 ATOL = 1e-5                        # logits: fp32 evaluation order, ~1e-6 measured
 PROMPT = np.array([[3, 7, 1, 4]], np.int32)
-
-
-class PosEmb(nn.Module):
-    decode: bool = False
-
-    @nn.compact
-    def __call__(self, x):
-        pe = self.param("pos", nn.initializers.normal(0.02), (T, x.shape[-1]))
-        if not self.decode:
-            return x + pe[None, :x.shape[1]]
-        is_init = self.has_variable("cache", "index")
-        idx = self.variable("cache", "index", lambda: jnp.array(0, jnp.int32))
-        if not is_init:
-            return x + pe[None, :x.shape[1]]
-        i = idx.value
-        idx.value = i + x.shape[1]
-        return x + jax.lax.dynamic_slice_in_dim(pe, i, x.shape[1])[None]
-
-
-class Block(nn.Module):
-    decode: bool = False
-
-    @nn.compact
-    def __call__(self, x):
-        mask = None if self.decode else nn.make_causal_mask(jnp.ones(x.shape[:2]))
-        h = nn.LayerNorm()(x)
-        x = x + nn.MultiHeadDotProductAttention(num_heads=H, decode=self.decode)(
-            h, mask=mask)
-        h = nn.LayerNorm()(x)
-        return x + nn.Dense(D)(nn.gelu(nn.Dense(4 * D)(h)))
-
-
-class LM(nn.Module):
-    decode: bool = False
-
-    @nn.compact
-    def __call__(self, tokens):
-        x = PosEmb(self.decode)(nn.Embed(V, D)(tokens))
-        for _ in range(L):
-            x = Block(self.decode)(x)
-        return nn.Dense(V)(nn.LayerNorm()(x))
-
-
-MODEL, DECODER = LM(), LM(decode=True)
+V = KV_LM_VOCAB
+MODEL, DECODER = KVLM(), KVLM(decode=True)
 
 
 @functools.lru_cache(maxsize=None)
 def _init():
-    params = MODEL.init(jax.random.key(0), jnp.zeros((1, T), jnp.int32))["params"]
-    cache = DECODER.init(jax.random.key(0), jnp.zeros((1, T), jnp.int32))["cache"]
-    return params, cache
+    return kv_lm_init(MODEL, DECODER)
 
 
 def decode(params, cache, tok):
-    logits, v = DECODER.apply({"params": params, "cache": cache}, tok, mutable=["cache"])
-    return logits[:, -1], v["cache"]
+    return kv_lm_decode(DECODER, params, cache, tok)
 
 
 def prefill(params, cache, prompt):
-    def body(c, t):
-        logits, c = decode(params, c, t.reshape(1, 1))
-        return c, logits
-
-    cache, logits = jax.lax.scan(body, cache, prompt[0])
-    return logits[-1], cache
+    return kv_lm_prefill(DECODER, params, cache, prompt)
 
 
 @functools.lru_cache(maxsize=None)
