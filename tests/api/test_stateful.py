@@ -120,3 +120,14 @@ def test_misuse_is_refused_clearly(tmp_path):
                               state="s").lower(W, {"t": X}, X).compile()
     with pytest.raises(ArgumentError, match="declare different states"):
         rlxjax.save_functions(tmp_path / "bad.mlpackage", {"a": c, "b": other})
+
+
+def test_a_saved_stateful_function_loads_with_its_state_by_leaf_name(tmp_path):
+    m = rlxjax.load(_compiled().save(tmp_path / "acc.mlpackage"))
+    assert m.input_names == ("w", "x") and m.output_names == ("out",)
+    s = m.make_state()
+    s.write({"state.total": np.full((2, 3), 0.5, np.float32), "state.count": np.int32(4)})
+    np.testing.assert_array_equal(m(W, X, state=s)["out"], W * (0.5 + X))
+    got = s.read()
+    np.testing.assert_array_equal(got["state.total"], 0.5 + X)
+    assert int(got["state.count"]) == 5

@@ -195,3 +195,32 @@ def test_lora_train_prefill_decode_package_equals_jax(tmp_path):
                                lambda t: d(t, state=state)["out"])
     assert got == want
     np.testing.assert_allclose(got_logits, want_logits, rtol=0, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_io_train_step_package_decodes_with_fed_params(tmp_path):
+    """state="io": prefill / decode take the parameters as inputs under the step's feature
+    names (the new_param outputs of its latest call) and keep only the cache in state."""
+    params, cache = _init()
+
+    def loss(p, x, y):
+        logits = MODEL.apply({"params": p}, x)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    data = np.random.default_rng(1).integers(0, V, (2, 9)).astype(np.int32)
+    step = rlxjax.coreml_train_step(loss, optax.sgd(1e-1), target="iOS18")
+    st = step.init(params, data[:, :-1], data[:, 1:])
+    st, _ = step(st, data[:, :-1], data[:, 1:])
+    path = step.save(tmp_path / "io.mlpackage", functions={
+        "prefill": (prefill, cache, PROMPT), "decode": (decode, cache, _tok())})
+    m = rlxjax.load(path)
+    names = [f.feature for f in step._latest.layout.inputs if f.role == "param"]
+    feeds = dict(zip(names, jax.tree_util.tree_leaves(st.params)))
+    p, d = m.function("prefill"), m.function("decode")
+    assert d.input_names == tuple(names) + ("tok",) and d.output_names == ("out",)
+    state = d.make_state()
+    got, got_logits = generate(lambda q: p(**feeds, prompt=q, state=state)["out"],
+                               lambda t: d(**feeds, tok=t, state=state)["out"])
+    want, want_logits, _ = jax_generate(jax.tree_util.tree_map(jnp.asarray, st.params), cache)
+    assert got == want
+    np.testing.assert_allclose(got_logits, want_logits, rtol=0, atol=ATOL)
