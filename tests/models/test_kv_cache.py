@@ -194,7 +194,7 @@ def test_lora_train_prefill_decode_package_equals_jax(tmp_path):
     got, got_logits = generate(lambda q: p(q, state=state)["out"],
                                lambda t: d(t, state=state)["out"])
     assert got == want
-    np.testing.assert_allclose(got_logits, want_logits, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got_logits, want_logits, rtol=0, atol=ATOL)
 
 
 @pytest.mark.slow
