@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Callable, Dict
 
-
 from .. import metadata, stateful
 from ..errors import ArgumentError
 from ..ir import DType, TensorType
