@@ -125,7 +125,7 @@ class Compiled:
             raise ArgumentError(
                 f"this program has states {list(self.state_names)}: pass "
                 "state=compiled.make_state()" if self.state_names else
-                "this program has no Core ML states: call it without state=")
+                "this program has no states: call it without state=")
         state = stateful.unwrap(state)
         if backend is None:  # every output is zero-size: nothing to run
             res = {}
@@ -158,7 +158,7 @@ class Compiled:
         state=...)``) is a ``StateValues`` holding ``value`` (the state argument; default
         all zeros), read back exactly with ``read()``."""
         if not self.state_names:
-            raise ArgumentError("this program has no Core ML states")
+            raise ArgumentError("this program has no states")
         handle = self._get_backend().make_state()
         if self.state_layout is None:
             if value is not None:
@@ -166,7 +166,7 @@ class Compiled:
                                     "(coreml_jit(fn, state=...))")
             return handle
         st = stateful.StateValues(handle, self.state_layout,
-                                  stateful.state_names(self.metadata))
+                                  self.executable.state_graph_names)
         if value is not None:
             st.write(value)
         return st
@@ -269,9 +269,14 @@ class CoreMLFunction:
         self.precision = precision
         self.backend = resolve_backend(backend, format)
         check_random_mode(random)
+        if random == "device" and not formats.REGISTRY[format].random_ops:
+            raise ArgumentError(f"random='device' draws with the format's own random ops, and "
+                                f"format={format!r} has none (Core AI has no random ops): use "
+                                "random='inputs' (the draws are made by JAX on the host and fed "
+                                "to the program, exactly JAX's numbers)")
         self.random = random
         if state is not None:
-            stateful.f32_storage(None, state_precision)  # checks the name
+            stateful.check_precision(state_precision)
         self._cache: Dict[Any, Compiled] = {}
         self.__wrapped__ = fun
         self.__name__ = getattr(fun, "__name__", "coreml_fn")
@@ -350,7 +355,8 @@ class CoreMLFunction:
         if pos in self.static_argnums:
             raise ArgumentError(f"state={self.state!r} is a static argument")
         return stateful.StateLayout.of(names[pos], pos, args[pos],
-                                       stateful.f32_storage(self.format, self.state_precision))
+                                       stateful.codec_name(self.format_name,
+                                                           self.state_precision))
 
     def make_state(self, *args):
         """``state=``: compile for ``args`` (the state argument included) and return a

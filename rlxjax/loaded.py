@@ -123,16 +123,16 @@ class LoadedFunction:
         return self._wrap_state(self._make_state())
 
     def _wrap_state(self, handle):
-        """A stateful function's state (``rlxjax.state``): ``read()`` / ``write(values)``
+        """A stateful function's state (``rlxjax.stateful``): ``read()`` / ``write(values)``
         by leaf name (rlxjax/stateful.py); else the format's handle."""
         return stateful.wrap_loaded(handle, self._meta)
 
     def __call__(self, *args, state=None, **kwargs) -> Dict[str, np.ndarray]:
         if bool(self.state_names) != (state is not None):
             raise ArgumentError(
-                f"the package has Core ML states {list(self.state_names)}: pass "
+                f"the package has states {list(self.state_names)}: pass "
                 "state=model.make_state()" if self.state_names else
-                "the package has no Core ML states: call it without state=")
+                "the package has no states: call it without state=")
         state = stateful.unwrap(state)
         if state is not None:
             self._share(state)

@@ -5,18 +5,18 @@
 program's *states*: the device keeps them between calls and each call updates them in
 place, so the program takes the other arguments only and returns ``out`` only.
 
-How the leaves are stored is the format's business, chosen here from what its states can
-hold (``Format.state_dtypes``): Core ML states are fp16, so the fp32 leaves go through
-training/mlstate.py's exact codec (three fp16 states holding small integers; a float32
-cache round-trips bit for bit) unless ``state_precision="fp16"`` opts in to one rounded
-fp16 state (half the memory of fp32, a third of the codec's; its error is measured in
-docs/stateful.md); int32 leaves are three base-2048 digits. A format whose states are fp32
-stores the fp32 leaves as they are (``"native"``). All leaves of one dtype share one packed
+How the leaves are stored is the format's state codec (its registry entry's
+``state_codec``, training/mlstate.py ``CODECS``), as for training states: Core ML states are
+fp16, so the fp32 leaves go through the exact codec (three fp16 states holding small
+integers; a float32 cache round-trips bit for bit) unless ``state_precision="fp16"`` opts in
+to one rounded fp16 state (codec ``"f16"``: a third of the exact codec's memory; its error is
+measured in docs/stateful.md); int32 leaves are three base-2048 digits. Core AI's states
+hold fp32 and int32 as they are (``"plain"``). All leaves of one dtype share one packed
 vector per piece, named ``<argument>.f32.exp`` ... (``StateLayout``).
 
 What the format-neutral ``Program`` carries: ``Program.states`` maps each piece's graph
 input name to the graph output written back into it (``new.<argument>.f32.exp``); the graph
-decodes the pieces first and encodes the new values last. ``rlxjax.state`` (metadata.py)
+decodes the pieces first and encodes the new values last. ``rlxjax.stateful`` (metadata.py)
 records the layout for an app and for ``rlxjax.load``.
 """
 from __future__ import annotations
@@ -42,7 +42,6 @@ def _codec():
     from .training import mlstate
 
     return mlstate
-ENCODINGS = {"exact": "rlxjax-f32x3-v1", "fp16": "fp16", "native": "fp32"}
 
 
 def state_position(fun, state, n_args: int, names) -> int:
@@ -60,14 +59,19 @@ def state_position(fun, state, n_args: int, names) -> int:
     return names.index(state)
 
 
-def f32_storage(fmt, precision: str) -> str:
-    """How ``fmt`` stores the fp32 leaves of a state at ``precision``."""
+def check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise ArgumentError(f"state_precision must be one of {PRECISIONS}, got {precision!r}")
-    dtypes = ("float16",) if fmt is None else fmt.state_dtypes
-    if "float32" in dtypes:
-        return "native"
-    return precision
+
+
+def codec_name(format_name: str, precision: str) -> str:
+    """The codec (training/mlstate.py ``CODECS``) format ``format_name`` stores a state with
+    at ``precision``: its own (exact), or "f16" for fp16 pieces rounded on request."""
+    from . import formats
+
+    check_precision(precision)
+    own = formats.REGISTRY[format_name].state_codec
+    return "f16" if own == "f16x3" and precision == "fp16" else own
 
 
 @dataclass(frozen=True)
@@ -80,15 +84,16 @@ class StateLayout:
     tensors: Layout      # training/mlstate.py: packed vectors and each leaf's slot
 
     @classmethod
-    def of(cls, argument: str, position: int, value, storage: str) -> "StateLayout":
+    def of(cls, argument: str, position: int, value, codec: str) -> "StateLayout":
         paths, tree = jax.tree_util.tree_flatten_with_path(value)
         from .frontend import path_name
 
         names = [path_name(argument, p) for p, _ in paths]
         structs = [_struct(x, n) for (_, x), n in zip(paths, names)]
-        tensors = _codec().make_layout(names, ["state"] * len(names), structs, prefix=argument,
-                              f32=storage, what="state=",
-                              instead="keep it out of the state argument")
+        mls = _codec()
+        tensors = mls.make_layout(names, ["state"] * len(names), structs, mls.CODECS[codec],
+                                  prefix=argument, what="state=",
+                                  instead="keep it out of the state argument")
         if not tensors.slots:
             raise ArgumentError(f"state={argument!r}: the argument has no array leaves")
         return cls(argument, position, tree, tensors)
@@ -119,13 +124,11 @@ class StateLayout:
         return jax.tree_util.tree_unflatten(self.tree, _codec().host_unpack(self.tensors, pieces))
 
     def metadata(self, mil_names: Dict[str, str]) -> dict:
-        """``rlxjax.state``: what an app needs to fill, keep and read the states."""
+        """``rlxjax.stateful``: what an app needs to fill, keep and read the states."""
         t = self.tensors
-        codec = _codec()
-        return {"argument": self.argument, "encoding": ENCODINGS[t.f32],
-                "exp_bias": codec.BIAS, "i32_base": codec.I32_BASE,
+        return {"argument": self.argument, **t.codec.metadata(),
                 "states": [{"name": mil_names[g], "graph_name": g, "shape": [n], "dtype": dt,
-                            "role": role} for g, role, n, dt in t.typed_states()],
+                            "role": role} for g, role, n, dt in t.state_types()],
                 "tensors": [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape),
                              "offset": s.offset, "size": s.size} for s in t.slots]}
 
@@ -141,22 +144,21 @@ def _struct(x, name):
 
 
 def layout_from_metadata(row: dict) -> StateLayout:
-    """The layout an ``rlxjax.state`` row describes (for rlxjax.load: its tree is the
+    """The layout an ``rlxjax.stateful`` row describes (for rlxjax.load: its tree is the
     flat dict of leaf names)."""
-    Slot, Layout = _codec().Slot, _codec().Layout
-
-    storage = {v: k for k, v in ENCODINGS.items()}.get(row.get("encoding"))
-    if storage is None:
+    mls = _codec()
+    codec = {c.name: c for c in mls.CODECS.values()}.get(row.get("encoding"))
+    if codec is None:
         from .errors import PackageError
 
-        raise PackageError(f"rlxjax.state: unknown encoding {row.get('encoding')!r}")
-    slots = tuple(Slot(t["name"], "state", t["dtype"], tuple(t["shape"]), t["offset"], t["size"])
+        raise PackageError(f"rlxjax.stateful: unknown encoding {row.get('encoding')!r}")
+    slots = tuple(mls.Slot(t["name"], "state", t["dtype"], tuple(t["shape"]), t["offset"], t["size"])
                   for t in row["tensors"])
     names = [s.name for s in slots]
     tree = jax.tree_util.tree_structure(dict.fromkeys(names, 0))
     # a dict flattens in sorted key order: keep the slots in that order
     order = sorted(range(len(slots)), key=lambda i: names[i])
-    tensors = Layout(tuple(slots[i] for i in order), 0, row["argument"], storage)
+    tensors = mls.Layout(tuple(slots[i] for i in order), 0, codec, row["argument"])
     return StateLayout(row["argument"], -1, tree, tensors)
 
 
@@ -232,11 +234,9 @@ def _out_name(name: str) -> str:
 
 
 def write_metadata(executable, layout: StateLayout) -> None:
-    """``rlxjax.state`` of a compiled stateful function (state names from ``rlxjax.io``)."""
-    meta = executable.metadata
-    rows = metadata.read(meta, metadata.IO, {}).get("states", [])
-    mil_names = {r["name"]: r["mil_name"] for r in rows}
-    metadata.write(meta, metadata.STATE, layout.metadata(mil_names))
+    """``rlxjax.stateful`` of a compiled stateful function."""
+    metadata.write(executable.metadata, metadata.STATEFUL,
+                   layout.metadata(executable.state_graph_names))
 
 
 # -- the host side ---------------------------------------------------------------------------
@@ -269,10 +269,6 @@ class StateValues:
         return f"StateValues({self.layout.argument!r}, states={list(self._mil.values())})"
 
 
-def state_names(meta) -> Dict[str, str]:
-    """graph name -> state name of a program's states (from its ``rlxjax.io``)."""
-    return {r["name"]: r["mil_name"] for r in metadata.read(meta, metadata.IO, {}).get(
-        "states", [])}
 
 
 def unwrap(state) -> Optional[object]:
@@ -321,9 +317,8 @@ def save_functions(path, functions: Dict[str, Any], default: Optional[str] = Non
             c.target.require("iOS18", f"a package of several functions ('{name}')")
     declared = {}
     for name, c in functions.items():
-        rows = metadata.read(c.metadata, metadata.IO, {}).get("states", [])
-        if rows:
-            declared[name] = sorted((r["mil_name"], tuple(r["shape"]), r["dtype"]) for r in rows)
+        if c.state_names:
+            declared[name] = _declared_states(c)
     if len({tuple(v) for v in declared.values()}) > 1:
         a, b = list(declared)[:2]
         raise ArgumentError(
@@ -336,8 +331,18 @@ def save_functions(path, functions: Dict[str, Any], default: Optional[str] = Non
 
 def wrap_loaded(handle, meta):
     """A loaded function's state: a ``StateValues`` when the function is stateful
-    (``rlxjax.state``; ``read()`` gives a dict of leaf name -> array), else ``handle``."""
-    row = metadata.read(meta, metadata.STATE, None)
+    (``rlxjax.stateful``; ``read()`` gives a dict of leaf name -> array), else ``handle``."""
+    row = metadata.read(meta, metadata.STATEFUL, None)
     if row is None:
         return handle
-    return StateValues(handle, layout_from_metadata(row), state_names(meta))
+    return StateValues(handle, layout_from_metadata(row),
+                       {r["graph_name"]: r["name"] for r in row["states"]})
+
+
+def _declared_states(compiled):
+    """(name, shape, dtype) of each state ``compiled`` declares (its ``rlxjax.io`` rows when
+    the format writes them, else the names)."""
+    rows = metadata.read(compiled.metadata, metadata.IO, {}).get("states", [])
+    if rows:
+        return sorted((r["mil_name"], tuple(r["shape"]), r["dtype"]) for r in rows)
+    return sorted((n, None, None) for n in compiled.state_names)

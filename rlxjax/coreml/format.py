@@ -9,7 +9,7 @@ lists its MIL operations.
 from __future__ import annotations
 
 import tempfile
-from typing import Tuple
+from typing import Dict, Tuple
 
 from . import coremltools_quiet  # noqa: F401  (first: coremltools without its notices)
 from .. import metadata
@@ -38,6 +38,10 @@ class CoreMLExecutable(Executable):
     @property
     def state_names(self) -> Tuple[str, ...]:
         return tuple(f.name for f in self.spec.description.state)
+
+    @property
+    def state_graph_names(self) -> Dict[str, str]:
+        return {f.shortDescription: f.name for f in self.spec.description.state}
 
     def runner(self, backend: str):
         from ..runtime import make_backend
@@ -73,7 +77,6 @@ class CoreMLFormat(Format):
     name = "mlpackage"
     suffix = MLPACKAGE_SUFFIX
     default_target = "iOS17"
-    state_dtypes = ("float16",)  # Core ML states are fp16 tensors (coreml/states.py)
 
     def target(self, target) -> Target:
         return target if isinstance(target, Target) else get_target(target)  # (resolve_target)

@@ -52,6 +52,11 @@ class Executable(abc.ABC):
     def state_names(self) -> Tuple[str, ...]:
         """The program's states (empty for a stateless program)."""
 
+    @property
+    def state_graph_names(self) -> Dict[str, str]:
+        """Each state's RLX graph input name ('state.f32.exp') -> its name in the program."""
+        return {}
+
     @abc.abstractmethod
     def runner(self, backend: str):
         """An object with ``run(feeds, state=None) -> {feature: array}`` and
@@ -82,10 +87,6 @@ class Format(abc.ABC):
     name: str
     suffix: str
     default_target: str
-    #: the dtypes a state of this format can hold: a stateful function (rlxjax/stateful.py)
-    #: keeps fp32 leaves as they are when "float32" is one, else in fp16 pieces (exactly,
-    #: with training/mlstate.py's codec)
-    state_dtypes: Tuple[str, ...] = ("float16",)
 
     @abc.abstractmethod
     def target(self, target) -> Target:

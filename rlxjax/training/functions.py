@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from typing import Callable, Dict
 
+import numpy as np
+
 from .. import metadata, stateful
 from ..errors import ArgumentError
-from ..ir import DType, TensorType
+from ..ir import TensorType, dtype_from_numpy
 from .multifunction import TRAIN_FUNCTION, PredictFunction, _params_structs
 
 
@@ -32,7 +34,7 @@ class StatefulFunction(PredictFunction):
 
     def __init__(self, fn: Callable, layout, *, state, state_precision: str, **kwargs):
         super().__init__(fn, layout, **kwargs)
-        stateful.f32_storage(None, state_precision)
+        stateful.check_precision(state_precision)
         self.state, self.state_precision = state, state_precision
 
     def _state_layout(self, args):
@@ -49,7 +51,8 @@ class StatefulFunction(PredictFunction):
             raise ArgumentError(f"state={self.state!r} names the parameters: the cache is "
                                 "another argument of fn(params, cache, *inputs)")
         return stateful.StateLayout.of(names[pos], pos, args[pos],
-                                       stateful.f32_storage(self.format, self.state_precision))
+                                       stateful.codec_name(self.format_name,
+                                                           self.state_precision))
 
     def _transform(self, traced, args):
         traced = PredictFunction._transform(self, traced, args)
@@ -76,9 +79,8 @@ def _train_with_cache_states(step, program, cache: stateful.StateLayout):
     g = lowered.graph
     n_train = len(lowered.states or {})
     extra = []
-    for name, _, n, dt in cache.tensors.typed_states():
-        extra.append((name, g.new_value(TensorType((n,), DType.f16 if dt == "float16"
-                                                   else DType.f32))))
+    for name, _, n, dt in cache.tensors.state_types():
+        extra.append((name, g.new_value(TensorType((n,), dtype_from_numpy(np.dtype(dt))))))
     g.inputs = g.inputs[:n_train] + extra + g.inputs[n_train:]
     lowered.states = {**(lowered.states or {}), **{name: None for name, _ in extra}}
     compiled = lowered.compile(keep_weight_layout=True)

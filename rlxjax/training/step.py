@@ -16,6 +16,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 import jax
 import numpy as np
 
+from .. import formats
 from ..api import Compiled, CoreMLFunction
 from ..errors import ArgumentError, RlxError
 from ..frontend import Traced, arg_names, path_name
@@ -56,12 +57,17 @@ class TrainStep(CoreMLFunction):
     # -- CoreMLFunction hooks: ``step.lower(params, opt_state, *batch)`` -----------------
     def _transform(self, traced: Traced, args) -> Traced:
         return build_train_graph(traced, args, self.optimizer, has_aux=self.has_aux,
-                                 mode=self.state_mode)
+                                 mode=self.state_mode, codec=self.state_codec)
 
     def _states(self, args):
         if self.state_mode != "mlstate":
             return None
-        return state_bindings(state_layout(args[0], args[1]))
+        return state_bindings(state_layout(args[0], args[1], self.state_codec))
+
+    @property
+    def state_codec(self) -> str:
+        """How this step's format stores fp32 / int32 leaves in its states (mlstate.py)."""
+        return formats.REGISTRY[self.format_name].state_codec
 
     # -- programs ------------------------------------------------------------------------
     @property
@@ -84,7 +90,7 @@ class TrainStep(CoreMLFunction):
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = compile_program(
-                self, args, mode=self.state_mode, has_aux=self.has_aux)
+                self, args, mode=self.state_mode, has_aux=self.has_aux, codec=self.state_codec)
         self._latest = program
         return program
 

@@ -141,7 +141,7 @@ def _compile_cli():
 def _coreai_runtime(tmp):
     from rlxjax.coreai.worker import Session
 
-    Session(os.path.join(tmp, "missing.aimodel"))({"x": np.ones(2, np.float32)})
+    Session(os.path.join(tmp, "missing.aimodel"))("main", {"x": np.ones(2, np.float32)})
 
 
 def _ir_parse():
