@@ -38,6 +38,9 @@ NAN_SIGN = "rlxjax.nan_sign"
 TRAIN = "rlxjax.train"
 #: the predict function of a train + predict package (training/multifunction.py)
 PREDICT = "rlxjax.predict"
+#: a stateful function (coreml_jit(fn, state=...), rlxjax/stateful.py): its state
+#: argument, the encoding, each state and where each leaf lives in the packed vectors
+STATEFUL = "rlxjax.stateful"
 #: a multifunction package: {"default": name, "functions": {name: {key: value}}}, the
 #: per-function keys of each function
 FUNCTIONS = "rlxjax.functions"
@@ -47,7 +50,7 @@ STATES = "rlxjax.states"
 #: the "format" entry of a parameters file (training/params_io.py, safetensors metadata)
 PARAMS_FORMAT = "rlxjax.params.v1"
 
-KEYS = (VERSION, IO, EMPTY, RANDOM, NAN_SIGN, TRAIN, PREDICT, FUNCTIONS, STATES)
+KEYS = (VERSION, IO, EMPTY, RANDOM, NAN_SIGN, TRAIN, PREDICT, STATEFUL, FUNCTIONS, STATES)
 
 
 def per_function(key: str) -> bool:

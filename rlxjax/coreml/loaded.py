@@ -209,8 +209,20 @@ class LoadedModel(LoadedFunction):
         state = self._make_state()
         if folder is not None:
             from ..training.checkpoint import read_state_files
-            read_state_files(state, self.state_names, folder)
-        return state
+            read_state_files(state, self.state_names, folder, optional=self._cache_states())
+        return self._wrap_state(state)
+
+    def _cache_states(self):
+        """The states of the package's stateful functions (``rlxjax.stateful``: a KV cache,
+        zero when a training step's export_state folder does not hold them)."""
+        from .. import metadata
+
+        names = set()
+        for fn in self.functions:
+            meta = self.function(fn)._meta if fn != self.function_name else self._meta
+            row = metadata.read(meta, metadata.STATEFUL, None)
+            names.update(r["name"] for r in (row or {}).get("states", []))
+        return names
 
     def _make_state(self):
         if self.backend in REFERENCE_BACKENDS:

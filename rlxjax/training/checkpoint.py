@@ -60,9 +60,10 @@ def write_state_files(folder, step: int, pieces: Dict[str, np.ndarray]) -> str:
     return os.path.abspath(folder)
 
 
-def read_state_files(state, names, folder) -> None:
+def read_state_files(state, names, folder, optional=()) -> None:
     """Fill ``state`` (a loaded package's ``make_state()``) from an ``export_state`` folder:
-    ``state.json`` must list exactly the package's states ``names``, each with its shape."""
+    ``state.json`` must list exactly the package's states ``names``, each with its shape,
+    but for those in ``optional`` (a KV cache's: zero, an empty cache, when not listed)."""
     folder = os.fspath(folder)
     index = os.path.join(folder, "state.json")
     if not os.path.isfile(index):
@@ -70,7 +71,7 @@ def read_state_files(state, names, folder) -> None:
                             "one with step.export_state(state, folder)")
     rows = json.load(open(index))["states"]
     got = sorted(r["name"] for r in rows)
-    if got != sorted(names):
+    if got != sorted(n for n in names if n not in optional or n in got):
         raise ArgumentError(f"{folder} holds states {got}; the package declares "
                             f"{sorted(names)}: export the state of the step this package "
                             "was saved from")

@@ -203,8 +203,38 @@ class Plain(Codec):
         return np.asarray(value, dtype)
 
 
-#: by the name a format's registry entry gives (rlxjax/formats/__init__.py ``state_codec``)
-CODECS: Dict[str, Codec] = {"f16x3": F16x3(), "plain": Plain()}
+class F16(F16x3):
+    """An explicit opt-in for inference caches (rlxjax/stateful.py, ``state_precision=
+    "fp16"``) on fp16 states: each fp32 value rounded to one fp16 piece; int32 leaves exact
+    as in ``F16x3``."""
+
+    name = "fp16"
+
+    def pieces(self, dtype):
+        return ("f16",) if dtype == "float32" else I32_PIECES
+
+    def encode(self, dtype, flat):
+        return [flat.astype(jnp.float16)] if dtype == "float32" else super().encode(dtype, flat)
+
+    def decode(self, dtype, *pieces):
+        return pieces[0].astype(jnp.float32) if dtype == "float32" else \
+            super().decode(dtype, *pieces)
+
+    def host_encode(self, dtype, flat):
+        return (np.asarray(flat, np.float32).astype(np.float16),) if dtype == "float32" \
+            else super().host_encode(dtype, flat)
+
+    def host_decode(self, dtype, *pieces):
+        return np.asarray(pieces[0], np.float16).astype(np.float32) if dtype == "float32" \
+            else super().host_decode(dtype, *pieces)
+
+    def metadata(self):
+        return {"encoding": self.name, "i32_base": I32_BASE}
+
+
+#: by the name a format's registry entry gives (rlxjax/formats/__init__.py ``state_codec``;
+#: "f16": the rounded opt-in of rlxjax/stateful.py)
+CODECS: Dict[str, Codec] = {"f16x3": F16x3(), "plain": Plain(), "f16": F16()}
 _TAGS = (("float32", "f32"), ("int32", "i32"))
 
 
@@ -224,6 +254,7 @@ class Layout:
     slots: Tuple[Slot, ...]
     n_params: int
     codec: Codec = CODECS["f16x3"]
+    prefix: str = "state"   # graph names of the states: '<prefix>.f32.exp', ...
 
     def group(self, dtype: str) -> List[Slot]:
         return [s for s in self.slots if s.dtype == dtype]
@@ -241,28 +272,30 @@ class Layout:
         for dtype, tag in _TAGS:
             n = self.length(dtype)
             if n:
-                out += [(f"state.{tag}.{p}", f"{tag}_{p}", n, self.codec.piece_dtype(dtype))
+                out += [(f"{self.prefix}.{tag}.{p}", f"{tag}_{p}", n,
+                         self.codec.piece_dtype(dtype))
                         for p in self.codec.pieces(dtype)]
         return out
 
     def piece_names(self, dtype: str) -> List[str]:
         tag = dict(_TAGS)[dtype]
-        return [f"state.{tag}.{p}" for p in self.codec.pieces(dtype)]
+        return [f"{self.prefix}.{tag}.{p}" for p in self.codec.pieces(dtype)]
 
 
 def make_layout(names: Sequence[str], roles: Sequence[str], structs,
-                codec: Codec = CODECS["f16x3"]) -> Layout:
+                codec: Codec = CODECS["f16x3"], *, prefix: str = "state",
+                what: str = "state='mlstate'", instead: str = "use state='io'") -> Layout:
     """Where each leaf (``structs``: shape and canonical numpy dtype) lives in the states."""
     slots, offsets = [], {"float32": 0, "int32": 0}
     for name, role, t in zip(names, roles, structs):
         dt = np.dtype(t.dtype).name
         if dt not in offsets:
-            raise ArgumentError(f"state='mlstate' stores float32 and int32 leaves; '{name}' is "
-                                f"{dt} (use state='io')")
+            raise ArgumentError(f"{what} stores float32 and int32 leaves; '{name}' is "
+                                f"{dt} ({instead})")
         size = int(np.prod(t.shape, dtype=np.int64))
         slots.append(Slot(name, role, dt, tuple(t.shape), offsets[dt], size))
         offsets[dt] += size
-    return Layout(tuple(slots), sum(r == "param" for r in roles), codec)
+    return Layout(tuple(slots), sum(r == "param" for r in roles), codec, prefix)
 
 
 def state_bindings(layout: Layout) -> Dict[str, str]:

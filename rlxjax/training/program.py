@@ -147,6 +147,9 @@ class TrainProgram:
     # mlstate: the (params, opt_state) shapes and dtypes it was compiled for, as pytrees of
     # ShapeDtypeStruct (the host values are not program inputs, so they key its cache)
     structs: Optional[Tuple[Any, Any]] = None
+    # the arguments it was compiled for, as ShapeDtypeStructs (to lower it again: a
+    # package whose other functions add states, training/functions.py)
+    args: Tuple[Any, ...] = ()
 
     @property
     def state_layout(self) -> Optional[Layout]:
@@ -172,4 +175,13 @@ def compile_program(step, args, *, mode: str, has_aux: bool,
                                     n_random=0 if host is None else len(host.inputs))
     metadata.write(compiled.metadata, metadata.TRAIN, layout.metadata())
     structs = (args[0], args[1]) if mode == "mlstate" else None
-    return TrainProgram(compiled, layout, structs)
+    return TrainProgram(compiled, layout, structs, _shapes(args))
+
+
+def _shapes(args):
+    """``args`` as ShapeDtypeStructs (a PRNG key keeps its key dtype)."""
+    from ..calling import leaf_sig
+
+    return jax.tree_util.tree_map(
+        lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
+        jax.ShapeDtypeStruct(*leaf_sig(x)), tuple(args))

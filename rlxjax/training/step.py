@@ -189,15 +189,28 @@ class TrainStep(CoreMLFunction):
                 bar.update(1)
         return state, history
 
-    def save(self, path, predict=None) -> str:
+    def save(self, path, predict=None, *, functions=None, state=1,
+             state_precision: str = "exact") -> str:
         """Save the training program last run (call the step once first). With
         ``predict=(fn, *example_inputs)`` the package is a multifunction ML Program (iOS18)
         with functions ``train_step`` (the default) and ``predict`` = ``fn(params,
         *inputs)``; in mlstate mode both use the same Core ML states, so predict reads the
-        weights the latest step wrote (training/multifunction.py)."""
+        weights the latest step wrote (training/multifunction.py).
+
+        ``functions={"prefill": (fn, cache, *example_inputs), "decode": ...}``: inference
+        functions ``fn(params, cache, *inputs) -> (out, new_cache)`` beside ``train_step``,
+        their ``cache`` (argument ``state``: a name or fn's position, default 1) in device
+        state as ``coreml_jit(fn, state=...)`` keeps it (training/functions.py)."""
         if self._latest is None:
             raise RlxError("nothing compiled yet: call the step once (or step.lower(...)) "
                            "so that the batch shapes are known, then save")
+        if functions is not None:
+            if predict is not None:
+                raise ArgumentError("pass predict= or functions=, not both")
+            from .functions import save_train_functions
+
+            return save_train_functions(self, self._latest, path, functions, state,
+                                        state_precision)
         if predict is not None:
             from .multifunction import save_train_predict
 

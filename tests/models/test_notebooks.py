@@ -34,8 +34,8 @@ def _marked(names):
     return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
 
 
-def test_all_six_notebooks_exist():
-    assert [n[:2] for n in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"], NOTEBOOKS
+def test_all_the_notebooks_exist():
+    assert [n[:2] for n in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"], NOTEBOOKS
 
 
 @pytest.mark.parametrize("name", _marked(NOTEBOOKS))

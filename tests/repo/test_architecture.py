@@ -198,7 +198,7 @@ def test_one_module_defines_the_metadata_keys():
 
 
 _KEY_NAMES = {"version", "io", "empty", "random", "nan_sign", "train", "predict", "functions",
-              "params"}
+              "params", "stateful", "states"}
 
 
 def test_import_and_a_wrapper_load_no_format_library():
