@@ -122,6 +122,16 @@ class LoadedFunction:
             raise ArgumentError(f"{self.path} has no states")
         return self._wrap_state(self._make_state())
 
+    def _cache_states(self):
+        """The states of the package's stateful functions (``rlxjax.stateful``: a KV cache,
+        zero when a training step's export_state folder does not hold them)."""
+        names = set()
+        for fn in self.functions:
+            meta = self.function(fn)._meta if fn != self.function_name else self._meta
+            row = metadata.read(meta, metadata.STATEFUL, None)
+            names.update(r["name"] for r in (row or {}).get("states", []))
+        return names
+
     def _wrap_state(self, handle):
         """A stateful function's state (``rlxjax.stateful``): ``read()`` / ``write(values)``
         by leaf name (rlxjax/stateful.py); else the format's handle."""

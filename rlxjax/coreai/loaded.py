@@ -111,8 +111,8 @@ class LoadedAIModel(LoadedFunction):
         if folder is not None:
             from ..training.checkpoint import read_state_files
 
-            read_state_files(state, self.state_names, folder)
-        return state
+            read_state_files(state, self.state_names, folder, optional=self._cache_states())
+        return self._wrap_state(state)
 
     def function(self, name: str) -> "LoadedAIModel":
         if name not in self.functions:

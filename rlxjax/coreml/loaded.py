@@ -212,18 +212,6 @@ class LoadedModel(LoadedFunction):
             read_state_files(state, self.state_names, folder, optional=self._cache_states())
         return self._wrap_state(state)
 
-    def _cache_states(self):
-        """The states of the package's stateful functions (``rlxjax.stateful``: a KV cache,
-        zero when a training step's export_state folder does not hold them)."""
-        from .. import metadata
-
-        names = set()
-        for fn in self.functions:
-            meta = self.function(fn)._meta if fn != self.function_name else self._meta
-            row = metadata.read(meta, metadata.STATEFUL, None)
-            names.update(r["name"] for r in (row or {}).get("states", []))
-        return names
-
     def _make_state(self):
         if self.backend in REFERENCE_BACKENDS:
             return self._program.make_state()
