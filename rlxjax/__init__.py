@@ -15,7 +15,7 @@ from .training import TrainState, TrainStep, coreml_train_step, export_inference
 from .training import DynamicLossScale, MixedState  # noqa: E402
 from .load import load  # noqa: E402
 from .stateful import StateValues, save_functions  # noqa: E402
-from . import lora  # noqa: E402,F401
+from . import keras, lora  # noqa: E402,F401  (rlxjax.keras imports Keras only when used)
 
 __all__ = [
     "coreml_jit", "coreml_grad", "coreml_value_and_grad", "coreml_train_step",
