@@ -9,7 +9,11 @@ marked ``coreml_runtime`` are skipped off macOS.
 import os
 import sys
 
-import pytest
+# Keras (tests/models/test_keras_hub.py) picks its backend when first imported, and
+# coremltools may import it (through TensorFlow) before any test module runs
+os.environ.setdefault("KERAS_BACKEND", "jax")
+
+import pytest  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 

@@ -245,3 +245,26 @@ def make_inputs(program: Program, ft=np.float32):
         else:
             out.append(rng.random(shape) < 0.5)
     return out
+
+
+@op("loop_draw")
+def _loop_draw(ft, x, *, seed, steps):
+    """``x`` halved ``steps`` times in a ``lax.while_loop`` that adds a random 0 / 1 each
+    step, drawn from a key it carries (a sampling loop: a bounded while drawing next to
+    device values, its counter and key literals / constants - the case that crashed
+    rlxjax's random split). The bits are integers, the same in every evaluation (float64
+    too). The loop reads ``stop_gradient(x)`` and ``x`` enters linearly outside it, so
+    ``jax.grad`` (which cannot reverse a while_loop) sees the derivative ``0.5 ** steps``."""
+    key = jax.random.key(seed)
+    c = 0.5 ** steps
+
+    def body(s):
+        i, k, v = s
+        k, sub = jax.random.split(k)
+        bit = (jax.random.bits(sub, jnp.shape(v)) >> 31).astype(v.dtype)
+        return i + 1, k, v * 0.5 + bit
+
+    x0 = lax.stop_gradient(x)
+    loop = lax.while_loop(lambda s: s[0] < steps, body, (0, key, x0))[2]
+    return x * c + (loop - x0 * c)
+

@@ -111,9 +111,10 @@ BINARY_I = {"iadd": lambda a, b: a + b, "isub": lambda a, b: a + b, "imul": lamb
 
 
 class _Gen:
-    def __init__(self, draw, pool):
+    def __init__(self, draw, pool, loops=False):
         self.draw = draw
         self.pool = pool          # list of Val
+        self.loops = loops        # may draw 'loop_draw' (forward programs, random='inputs')
 
     def pick(self, pred=lambda v: True):
         ids = [i for i, v in enumerate(self.pool) if pred(v)]
@@ -142,8 +143,19 @@ class _Gen:
     def step(self, steps, depth):
         family = self.draw(st.sampled_from(
             ["unary", "binary", "binary", "int", "compare", "where", "cast", "reduce",
-             "shape", "shape", "dot", "norm", "jit" if depth < 2 else "unary"]))
+             "shape", "shape", "dot", "norm", "jit" if depth < 2 else "unary"]
+            + (["loop"] if self.loops else [])))
         return getattr(self, "g_" + family)(steps, depth)
+
+    def g_loop(self, steps, depth):
+        """A bounded while_loop drawing random bits from a constant key (fuzz_interp.py
+        'loop_draw'): compiled with random='inputs', the draws are JAX's own."""
+        i = self.pick(lambda v: v.kind == "f")
+        if i is None:
+            return False
+        return self.add(steps, "loop_draw", [i], {"seed": self.seed(),
+                                                   "steps": self.draw(st.integers(0, 3))},
+                        self.pool[i].bound + 2.0, False)
 
     def g_unary(self, steps, depth):
         i = self.pick(lambda v: v.kind == "f")
@@ -485,7 +497,7 @@ def _factor(n, dims):
 
 
 @st.composite
-def programs(draw, max_steps=10):
+def programs(draw, max_steps=10, loops=False):
     n_in = draw(st.integers(1, 3))
     inputs = []
     for k in range(n_in):
@@ -494,7 +506,7 @@ def programs(draw, max_steps=10):
         kind = "f" if k == 0 else draw(st.sampled_from(["f", "f", "f", "i", "b"]))
         inputs.append((shape, kind))
     pool = [Val(s, k, {"f": 2.0, "i": 6.0, "b": 1.0}[k], True) for s, k in inputs]
-    gen = _Gen(draw, pool)
+    gen = _Gen(draw, pool, loops)
     steps = []
     n = draw(st.integers(1, max_steps))
     for _ in range(n):

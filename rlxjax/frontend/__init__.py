@@ -11,7 +11,7 @@ import numpy as np
 from ..ir import Graph, TensorType, verify
 from ..errors import UnsupportedDTypeError, ZeroSizeError
 from . import rules  # noqa: F401  (registers the rules)
-from . import flexible, nan_sign, uint32
+from . import flexible, hijax, nan_sign, uint32
 from .custom_rules import CustomRules
 from .interpreter import Lowering, aval_type
 from .random.device import split as split_device
@@ -109,6 +109,8 @@ def trace(fun: Callable, dyn_args: Sequence[Any], names: Sequence[str],
     """
     sym_bounds = flexible.input_dims(dyn_args, names, path_name)  # flexible inputs
     closed, out_shape = jax.make_jaxpr(fun, return_shape=True)(*dyn_args)
+    if hijax.needed(closed):  # flax nnx hijax Variables: their values (hijax.py)
+        closed = hijax.lower(closed)
     leaves_with_paths, in_tree = jax.tree_util.tree_flatten_with_path(tuple(dyn_args))
     out_paths, out_tree = jax.tree_util.tree_flatten_with_path(out_shape)
     leaf_names = [path_name(names[path[0].idx], path[1:]) for path, _ in leaves_with_paths]

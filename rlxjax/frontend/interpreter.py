@@ -46,6 +46,26 @@ def aval_type(aval, carry_u32: bool = False) -> TensorType:
     return TensorType(shape, dtype_from_numpy(aval.dtype))
 
 
+#: primitives whose rules look at the readers of their result (Lowering.readers)
+_READ_BY = ("bitcast_convert_type",)
+
+
+def _readers(jaxpr) -> Optional[Dict[Any, list]]:
+    """{var: the equations reading it} of ``jaxpr``, None when no equation needs it; a
+    result of the jaxpr itself counts as read by ``None`` (an unknown reader)."""
+    if not any(e.primitive.name in _READ_BY for e in jaxpr.eqns):
+        return None
+    found: Dict[Any, list] = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if not isinstance(v, jc.Literal):
+                found.setdefault(v, []).append(eqn)
+    for v in jaxpr.outvars:
+        if not isinstance(v, jc.Literal):
+            found.setdefault(v, []).append(None)
+    return found
+
+
 class Lowering(Builder):
     """State of one jaxpr -> graph translation: a Builder whose source is the equation
     being translated, with uint32 range proofs on its constants (uint32.py)."""
@@ -60,6 +80,10 @@ class Lowering(Builder):
         self.made_empty = False  # zero-size constants were made (zerosize.py): run DCE
         # inside a library function's call (rules/control.py): report the call's line
         self.in_library = False
+        # {var: equations reading it} of the jaxpr being translated, for rules whose
+        # exact lowering depends on how their result is read (rules/bitcast.py); None when
+        # not computed (only jaxprs holding such a rule's primitive need it)
+        self.readers: Optional[Dict[Any, list]] = None
 
     def unsupported(self, detail: str = "") -> UnsupportedPrimitiveError:
         return UnsupportedPrimitiveError(self.primitive or "?", self.source, detail)
@@ -90,11 +114,15 @@ class Lowering(Builder):
             raise RlxError(f"internal: jaxpr takes {len(jaxpr.invars)} args, got {len(args)}")
         for var, a in zip(jaxpr.invars, args):
             env[var] = a
-        for eqn in jaxpr.eqns:
-            outs = self.eval_eqn(eqn, read)
-            for var, v in zip(eqn.outvars, outs):
-                if not isinstance(var, jc.DropVar):
-                    env[var] = v
+        saved, self.readers = self.readers, _readers(jaxpr)
+        try:
+            for eqn in jaxpr.eqns:
+                outs = self.eval_eqn(eqn, read)
+                for var, v in zip(eqn.outvars, outs):
+                    if not isinstance(var, jc.DropVar):
+                        env[var] = v
+        finally:
+            self.readers = saved
         return [read(a) for a in jaxpr.outvars]
 
     def eval_eqn(self, eqn, read) -> List[Value]:

@@ -5,7 +5,9 @@ XLA's ``top_k`` ranks floats in their total order, where a NaN with the sign bit
 NaN a NaN, so a Core ML program cannot tell -NaN from +NaN: rlxjax ranks every NaN as +NaN
 (as ``np.nan``, ``jnp.nan`` and the NaNs Apple's ARM arithmetic makes are). ``lax.sort``
 makes all NaNs equal before comparing, so only ``top_k`` (and ``approx_top_k``, which rlxjax
-computes exactly) depends on the sign.
+computes exactly) depends on the sign; so does ``jnp.signbit`` (a float32 -> int32
+``bitcast_convert_type`` read for its sign, rules/bitcast.py), which rlxjax computes as
+False for every NaN.
 
 So that this is never a silently wrong answer, ``sensitive_args`` finds the arguments whose
 values may flow into the operand of such an equation (conservatively: through any
@@ -25,18 +27,27 @@ from .. import _jax_compat as jc
 from ..errors import ArgumentError
 from .random.liveness import subjaxprs
 
-#: primitives whose result depends on the sign of a NaN operand
-SIGN_SENSITIVE = ("top_k", "approx_top_k")
+#: primitives whose result depends on the sign of a NaN operand (a bitcast compiles only
+#: as jnp.signbit's sign read: rules/bitcast.py)
+SIGN_SENSITIVE = ("top_k", "approx_top_k", "bitcast_convert_type")
+_WHAT = {"bitcast_convert_type": "jnp.signbit (a bitcast read for its sign bit)"}
 
 
-def _holds_sensitive(jaxpr) -> bool:
-    return any(e.primitive.name in SIGN_SENSITIVE or any(_holds_sensitive(s) for s in subjaxprs(e))
-               for e in jaxpr.eqns)
+def _holds_sensitive(jaxprs, names=SIGN_SENSITIVE) -> bool:
+    return any(e.primitive.name in names or _holds_sensitive(subjaxprs(e), names)
+               for j in jaxprs for e in j.eqns)
 
 
 def _where(eqn, nested=False) -> str:
     line = jc.summarize_source(eqn.source_info)
-    what = f"a lax.top_k inside {eqn.primitive.name}" if nested else f"lax.{eqn.primitive.name}"
+    if nested and eqn.params.get("name") == "signbit":  # jnp.signbit's own jit
+        what = "jnp.signbit"
+    elif nested:
+        inner = "lax.top_k" if _holds_sensitive(subjaxprs(eqn), ("top_k", "approx_top_k")) \
+            else "jnp.signbit"
+        what = f"a {inner} inside {eqn.primitive.name}"
+    else:
+        what = _WHAT.get(eqn.primitive.name, f"lax.{eqn.primitive.name}")
     return what + (f" at {line}" if line else "")
 
 
@@ -55,7 +66,7 @@ def sensitive_args(jaxpr, leaves: Sequence[int]) -> Dict[int, str]:
         nested = False
         if name in SIGN_SENSITIVE and np.dtype(eqn.invars[0].aval.dtype).kind == "f":
             reach = env.get(eqn.invars[0], set())
-        elif any(_holds_sensitive(s) for s in subjaxprs(eqn)):
+        elif _holds_sensitive(subjaxprs(eqn)):
             reach, nested = srcs, True
         else:
             reach = set()
@@ -76,7 +87,7 @@ def check(name: str, where: str, a) -> None:
     if has_negative_nan(a):
         raise ArgumentError(
             f"argument '{name}' holds a NaN with its sign bit set (-NaN; x86 arithmetic "
-            f"such as 0/0 makes these), and its values reach {where}: XLA ranks -NaN below "
-            "-inf, but Core ML cannot read a NaN's sign and ranks every NaN as +NaN (above "
-            "+inf). Make the NaNs positive first, e.g. np.where(np.isnan(x), np.nan, x): "
+            f"such as 0/0 makes these), and its values reach {where}, whose result depends "
+            "on that sign (XLA ranks -NaN below -inf; signbit(-NaN) is True), but Core ML "
+            "cannot read a NaN's sign and reads every NaN as +NaN. Make the NaNs positive first, e.g. np.where(np.isnan(x), np.nan, x): "
             "then JAX and the program agree (docs/numerics.md)")

@@ -18,7 +18,8 @@ needs nothing from around them.
 - ``recognize_activations`` (after the norms, which take precedence) fuses softmax,
   log_softmax, gelu and silu (transforms/recognize_activations.py) for the same reason;
   ``recognize_attention`` then fuses ``softmax(q·kᵀ·scale + mask)·v`` (it needs the fused
-  softmax).
+  softmax; with a bool mask only where the format says it lowers one,
+  ``Format.attention_bool_masks``).
 - ``inline_custom_calls`` replaces each ``custom_vjp`` node of the top-level graph by its
   primal body once the grad transform has used the custom rule (those inside regions are
   lowered as they are: coreml/rules/control.py).
@@ -63,7 +64,7 @@ class Pass:
 PASSES: Dict[str, Pass] = {p.name: p for p in (
     Pass("recognize_norms", recognize_norms),
     Pass("recognize_activations", recognize_activations),
-    Pass("recognize_attention", recognize_attention),
+    Pass("recognize_attention", recognize_attention, options=("attention_bool_masks",)),
     Pass("inline_custom_calls", inline_custom_calls, regions=False),
     Pass("simplify", simplify),
     Pass("cse", cse),

@@ -38,7 +38,7 @@ from ...errors import (ArgumentError, RlxError, UnsupportedDTypeError,
                       UnsupportedPrimitiveError)
 from ...ir import dtype_from_numpy
 from .. import uint32
-from . import liveness, meta, scan
+from . import host_compile, liveness, loops, meta, scan
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _RANDOM = set(liveness.DRAWS) | set(liveness.KEY_ARITHMETIC)
@@ -170,12 +170,13 @@ def _has_user_frame(eqn) -> bool:
 
 
 class _Resplit(Exception):
-    """Raised splitting: re-flatten with ``eqn`` (a scan drawing next to device values)
-    split in two by scan.py, given each operand's side (``flags``)."""
+    """Raised splitting: re-flatten with ``eqn`` (a scan or a bounded while drawing next
+    to device values) split in two by scan.py / loops.py, given each operand's side
+    (``flags``); for a while, its bound and which of its results are read (``loop``)."""
 
-    def __init__(self, eqn, flags):
-        super().__init__("internal: a scan to split")
-        self.eqn, self.flags = eqn, list(flags)
+    def __init__(self, eqn, flags, loop=None):
+        super().__init__("internal: a loop to split")
+        self.eqn, self.flags, self.loop = eqn, list(flags), loop
 
 
 def _is_random(eqn) -> bool:
@@ -200,6 +201,9 @@ def _inline_eval(jaxpr, consts, args, outer=None, resplit=None, library=False):
         if call:  # a library function's cached jaxpr keeps another call's user frames
             outs = _inline_eval(*call, ins, outer=info or eqn.source_info, resplit=resplit,
                                 library=library or jc.is_library_function(call[0]))
+        elif resplit is not None and eqn is resplit.eqn and resplit.loop is not None:
+            outs = loops.split_while(eqn, ins, resplit.flags, *resplit.loop, _is_random,
+                                     _has_random, _bind_inlined, _refuse)
         elif resplit is not None and eqn is resplit.eqn:
             outs = scan.split_scan(eqn, ins, resplit.flags, _is_random, _has_random,
                                    _bind_inlined, _refuse)
@@ -288,11 +292,11 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
             neutral.update(eqn.outvars)
             continue
         if _has_random(eqn):
-            side = [scan.HOST if v in host else scan.NEUTRAL if
-                    isinstance(v, jc.Literal) or v in neutral else scan.DEVICE
-                    for v in eqn.invars]
+            side = [_side(v, host, neutral) for v in eqn.invars]
             if prim == "scan" and scan.DEVICE in side:
                 raise _Resplit(eqn, side)
+            if prim == "while" and scan.DEVICE in side:
+                raise _Resplit(eqn, side, _while_bound(fj, flat.consts, eqn))
             raise _refuse(eqn, "draws random numbers inside an operation that also "
                           "computes on device values, which rlxjax cannot split")
         device_eqns.append(eqn)
@@ -326,6 +330,25 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
     parts = SplitParts(fj, flat.consts, host_vars, in_order, needed, host_outs, drawn,
                        producer, device)
     return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs, parts)
+
+
+def _while_bound(fj, consts, eqn) -> Tuple[int, List[bool]]:
+    """(at most how many steps the while ``eqn`` of ``fj`` runs, which of its results
+    are read); refused when the steps have no bound (loops.py)."""
+    steps = loops.bound(eqn, loops.Intervals(fj, consts))
+    if steps is None:
+        raise _refuse(eqn, loops.UNBOUNDED)
+    read = {v for e in fj.eqns for v in e.invars if not isinstance(v, jc.Literal)}
+    read.update(v for v in fj.outvars if not isinstance(v, jc.Literal))
+    return steps, [not isinstance(v, jc.DropVar) and v in read for v in eqn.outvars]
+
+
+def _side(v, host, neutral) -> str:
+    """Which part operand ``v`` belongs to; a literal (unhashable: never a set member)
+    is usable on both sides."""
+    if isinstance(v, jc.Literal) or v in neutral:
+        return scan.NEUTRAL
+    return scan.HOST if v in host else scan.DEVICE
 
 
 def _made_by(v, producer, arg_of) -> Tuple[Optional[str], Optional[str]]:
@@ -387,16 +410,9 @@ def _unique_names(inputs: List[HostInput]) -> None:
 
 
 def _host_fn(fj, consts, invars, eqns, outvars):
-    def host(*leaves):
-        env = dict(zip(fj.constvars, consts))
-        env.update(zip(invars, leaves))
-        read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
-        for eqn in eqns:
-            for v, o in zip(eqn.outvars, jc.eval_equation(eqn, [read(x) for x in eqn.invars])):
-                env[v] = o
-        return [read(v) for v in outvars]
-
-    return jax.jit(host)
+    """The host part's function of its leaves: two XLA programs, the integer half
+    compiled without backend optimisation (exact, and quick to compile: host_compile.py)."""
+    return host_compile.shared(fj, consts, invars, eqns, outvars)
 
 
 def _device_closed(fj, consts, dev_vars, needed, eqns, outvars):

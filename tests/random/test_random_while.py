@@ -1,0 +1,177 @@
+"""A while_loop that draws and computes on device values (random/loops.py): with
+random='inputs' a host scan over its bound and a device while, equal to jax.jit bit for bit;
+with random='device' the draws are Core ML's; loops without a bound, a returned key or
+seed state, and a condition reading a host carry are refused with the reason."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rlxjax
+
+
+def sampler(key, logits, mask):
+    """A sampling loop as keras-hub writes it: a counter from 0 bounded by a value computed
+    from a padding mask (maximum_iterations), a key split each step, categorical draws."""
+    n = jnp.sum(mask.astype(jnp.int32))
+
+    def cond(c):
+        i, k, toks, s = c
+        return (i < logits.shape[0] - n) & (s < 1e6)
+
+    def body(c):
+        i, k, toks, s = c
+        k, sub = jax.random.split(k)
+        t = jax.random.categorical(sub, logits[i] + toks.sum() * 0.01)
+        return i + 1, k, toks.at[i].set(t), s + jnp.sum(logits[i])
+
+    i, _, toks, s = jax.lax.while_loop(cond, body, (0, key, jnp.zeros(logits.shape[0], jnp.int32),
+                                                    0.0))
+    return i, toks, s
+
+
+ARGS = (jax.random.key(3), np.random.default_rng(0).normal(size=(6, 5)).astype(np.float32),
+        np.array([True, False, True]))
+
+
+def test_sampling_while_draws_equal_jax():
+    got = rlxjax.coreml_jit(sampler, random="inputs")(*ARGS)
+    want = jax.jit(sampler)(*ARGS)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_fori_loop_with_traced_bounds_and_a_uint32_seed_state():
+    def f(seed, x, lo):
+        def body(i, c):
+            s, x = c  # a keras-style seed state: [seed, counter], advanced each draw
+            x = x + jax.random.bernoulli(s, 0.3, x.shape)  # (a raw uint32 key)
+            return s + jnp.array([0, 1], jnp.uint32), x * 0.5
+        _, x = jax.lax.fori_loop(lo, 4, body, (seed, x))
+        return x
+
+    # lo: an int8 argument, so the loop's bound is 4 - (-128) steps
+    args = (np.array([5, 0], np.uint32), np.ones(3, np.float32), np.int8(1))
+    np.testing.assert_array_equal(rlxjax.coreml_jit(f, random="inputs")(*args),
+                                  jax.jit(f)(*args))
+
+
+def test_device_mode_draws_on_the_device():
+    fn = rlxjax.coreml_jit(sampler, random="device")
+    i, toks, _ = fn(*ARGS)
+    assert int(i) == 4 and toks.shape == (6,) and np.all((toks >= 0) & (toks < 5))
+    assert np.all(toks[4:] == 0)
+
+
+def test_loop_that_never_runs():
+    def f(key, x):
+        def body(c):
+            i, k, x = c
+            k, sub = jax.random.split(k)
+            return i + 1, k, x + jax.random.uniform(sub, x.shape)
+        return jax.lax.while_loop(lambda c: c[0] < 0, body, (0, key, x))[2]
+
+    args = (jax.random.key(0), np.ones(2, np.float32))
+    np.testing.assert_array_equal(rlxjax.coreml_jit(f, random="inputs")(*args), np.ones(2))
+
+
+def test_unbounded_loop_is_refused():
+    def f(key, x):
+        def body(c):
+            k, x = c
+            k, sub = jax.random.split(k)
+            return k, x + jax.random.uniform(sub, x.shape)
+        return jax.lax.while_loop(lambda c: jnp.sum(c[1]) < 10.0, body, (key, x))[1]
+
+    for mode in ("inputs", "device"):
+        with pytest.raises(rlxjax.UnsupportedPrimitiveError,
+                           match=f"random='{mode}'.*test_random_while.*cannot bound"):
+            rlxjax.coreml_jit(f, random=mode)(jax.random.key(0), np.ones(2, np.float32))
+
+
+def test_returned_key_is_refused():
+    def f(key, x):
+        def body(c):
+            i, k, x = c
+            k, sub = jax.random.split(k)
+            return i + 1, k, x + jax.random.uniform(sub, x.shape)
+        i, k, x = jax.lax.while_loop(lambda c: (c[0] < 3) & (c[2][0] < 2.5), body,
+                                     (0, key, x))
+        return x, k
+
+    with pytest.raises(rlxjax.UnsupportedPrimitiveError, match="returns the PRNG key"):
+        rlxjax.coreml_jit(f, random="inputs")(jax.random.key(0), np.ones(2, np.float32))
+
+
+def test_host_stages_equal_one_jit_bit_for_bit():
+    """host_compile.Staged (integer half without XLA backend optimisation) gives the host
+    part's values bit for bit as one jax.jit of it does, for float draws whose last bits
+    depend on how XLA compiles them (normal's erf_inv, a uniform's scaling, ...)."""
+    from rlxjax import _jax_compat as jc
+    from rlxjax.frontend.random import host_compile
+
+    def f(key, x):
+        ks = jax.random.split(key, 4)
+        return (x + jax.random.normal(ks[0], (64,)), x * jax.random.truncated_normal(
+            ks[1], -2.0, 3.0, (64,)), x + jax.random.exponential(ks[2], (64,)),
+            x + jax.random.uniform(ks[3], (64,), minval=-3.0, maxval=7.0))
+
+    args = (jax.random.key(11), np.float32(0.5))
+    host = rlxjax.coreml_jit(f, random="inputs").lower(*args)._traced.host
+    p = host.parts
+    outs = p.needed + p.host_outs
+
+    def one_jit(*leaves):
+        env = dict(zip(p.fj.constvars, p.consts))
+        env.update(zip(p.host_vars, leaves))
+        for e in p.in_order:
+            vals = [v.val if isinstance(v, jc.Literal) else env[v] for v in e.invars]
+            env.update(zip(e.outvars, jc.eval_equation(e, vals)))
+        return [env[v] for v in outs]
+
+    leaves = [jax.tree_util.tree_leaves(args)[i] for i in host.leaves]
+    want = jax.jit(one_jit)(*leaves)
+    got = host_compile.Staged(p.fj, p.consts, p.host_vars, p.in_order, outs)(*leaves)
+    assert len(got) == len(want) >= 4
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.atleast_1d(g).view(np.uint8), np.atleast_1d(w).view(np.uint8))
+
+
+def temperature_sample(params, prompt, rng, eos=1, temperature=0.8, topk=3):
+    """A decode loop as flax's examples/lm1b temperature_sampler writes it: state
+    (i from -1, sequences, current token, ended flags, rng), stop at the length or when
+    every row ended, the rng split each step, top-k categorical draws."""
+    batch, length = prompt.shape
+
+    def cond(state):
+        i, _, _, ended, _ = state
+        return (i < length - 1) & ~jnp.all(ended)
+
+    def body(state):
+        i, seqs, cur, ended, rng = state
+        rng1, rng2 = jax.random.split(rng)
+        logits = jnp.tanh(params[cur[:, 0]] @ params.T)  # a tiny "model"
+        top, idx = jax.lax.top_k(logits, topk)
+        pick = jax.random.categorical(rng1, top / temperature)[:, None]
+        nxt = jnp.take_along_axis(idx, pick, axis=-1)[:, 0]
+        given = jax.lax.dynamic_slice_in_dim(prompt, i + 1, 1, axis=1)[:, 0]
+        nxt = jnp.where(given != 0, given, nxt) * ~ended[:, 0]
+        seqs = jax.lax.dynamic_update_slice(seqs, nxt[:, None], (0, i + 1))
+        ended = ended | (nxt == eos)[:, None]
+        return i + 1, seqs, nxt[:, None], ended, rng2
+
+    state = (jnp.array(-1), prompt, jnp.zeros((batch, 1), jnp.int32),
+             jnp.zeros((batch, 1), bool), rng)
+    return jax.lax.while_loop(cond, body, state)[1]
+
+
+@pytest.mark.slow
+def test_flax_style_decode_loop_equals_jax():
+    params = np.random.default_rng(1).normal(size=(7, 4)).astype(np.float32)
+    prompt = np.zeros((2, 9), np.int32)
+    prompt[:, :2] = [[3, 4], [5, 6]]
+    args = (params, prompt, jax.random.key(5))
+    np.testing.assert_array_equal(rlxjax.coreml_jit(temperature_sample, random="inputs")(*args),
+                                  jax.jit(temperature_sample)(*args))
