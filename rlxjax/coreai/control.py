@@ -16,7 +16,7 @@ import numpy as np
 
 from ..ir import DType
 from . import ca_private
-from .ops_base import rule
+from .ops_base import carried, rule
 
 
 def lower_region(ctx, graph, args) -> list:
@@ -26,7 +26,8 @@ def lower_region(ctx, graph, args) -> list:
 
 
 def _types(node):
-    return [ca_private.tensor_type(v.type.shape, v.type.dtype.np.name) for v in node.outputs]
+    return [ca_private.tensor_type(v.type.shape, carried(v.type.dtype).np.name)
+            for v in node.outputs]
 
 
 @rule("cond")

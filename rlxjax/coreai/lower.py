@@ -17,7 +17,7 @@ from ..ir import DType, Graph, TensorType, verify
 from ..signature import IOSpec, feature_name, unique_names as _unique
 from . import ca_private
 from .ops import Ctx, lower_nodes
-from .ops_base import check_type
+from .ops_base import carried, check_type
 
 
 def _io_dtype(d: DType) -> DType:
@@ -111,8 +111,8 @@ def _from_io(ctx, a, t: TensorType):
     ca = ctx.ca
     if t.dtype == DType.bool:
         a = ca.broadcasting_not_equal(a, ctx.const(0, np.int32))
-    elif _io_dtype(t.dtype) != t.dtype:
-        a = ca.cast(a, ca_private.dtype(t.dtype.np.name))
+    elif _io_dtype(t.dtype) != carried(t.dtype):
+        a = ca.cast(a, ca_private.dtype(carried(t.dtype).np.name))
     return ctx.reshape(a, ()) if t.rank == 0 else a
 
 
@@ -122,6 +122,6 @@ def _to_io(ctx, v, t: TensorType):
         v = ctx.reshape(v, (1,))
     if t.dtype == DType.bool:
         v = ca.cast(v, ca.int32)
-    elif _io_dtype(t.dtype) != t.dtype:
+    elif _io_dtype(t.dtype) != carried(t.dtype):
         v = ca.cast(v, ca_private.dtype(_io_dtype(t.dtype).np.name))
     return v

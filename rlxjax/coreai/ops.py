@@ -1,19 +1,19 @@
 """RLX ops -> Core AI ops (used by lower.py, which owns the function boundary and states).
 
 The rules live by family: ops_elementwise.py, ops_bitwise.py (shifts, bit counts),
-ops_shape.py (reductions, shapes, matmul,
-indexing), ops_nn.py (the fused activations and attention), ops_norm.py (the norms and
-their backward ops), ops_pool.py (pooling, convolutions), control.py (cond / while / scan /
-custom_vjp), weights.py (frozen weights, compressed ones decompressed by Core AI ops); ops_base.py has the context, the registry and the dispatch
-(``Ctx.lower_nodes``). Every other op is refused, naming the JAX primitive and the user's
-line.
+ops_special.py (erfc), ops_shape.py (reductions, shapes, matmul, indexing), ops_nn.py (the
+fused activations and attention), ops_norm.py (the norms and their backward ops),
+ops_pool.py (pooling, convolutions), control.py (cond / while / scan / custom_vjp),
+weights.py (frozen weights, compressed ones decompressed by Core AI ops); ops_base.py has
+the context, the registry and the dispatch (``Ctx.lower_nodes``). Every other op is
+refused, naming the JAX primitive and the user's line.
 """
 from __future__ import annotations
 
 from typing import Dict
 
 from . import (control, ops_bitwise, ops_elementwise, ops_nn, ops_norm,  # noqa: F401
-               ops_pool, ops_shape, weights)
+               ops_pool, ops_shape, ops_special, weights)
 from .ops_base import Ctx
 
 __all__ = ["Ctx", "lower_nodes"]

@@ -33,8 +33,30 @@ def unsupported(node, detail="no Core AI lowering for this RLX op (yet)"):
     return UnsupportedPrimitiveError(JAX_NAMES.get(node.op, node.op), node.source, detail)
 
 
-#: the dtypes the rules are written for (fp16 programs, int8 / uint8 values: not yet)
-DTYPES = (DType.f32, DType.i32, DType.bool)
+#: the dtypes the rules are written for (fp16 values: not yet)
+DTYPES = (DType.f32, DType.i32, DType.bool, DType.i8, DType.u8)
+#: int8 / uint8 values are carried as int32 Core AI values holding the same number, wrapped
+#: into range after every op that may leave it (as the Core ML lowering does, whose list of
+#: the ops that cannot is PRESERVING); the wrap relies on Core AI's int32 arithmetic
+#: wrapping as two's complement (measured: products beyond 2**31 match JAX's)
+SMALL = (DType.i8, DType.u8)
+PRESERVING = frozenset({
+    "constant", "broadcast_in_dim", "concatenate", "pad", "reshape", "rev", "slice", "split",
+    "transpose", "gather_nd", "dynamic_slice", "dynamic_update_slice", "select", "clamp",
+    "max", "min", "reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min",
+    "sign", "rem", "stop_gradient", "convert", "cond", "while", "scan", "custom_vjp",
+})
+
+
+def carried(d: DType) -> DType:
+    """The Core AI dtype an RLX value of dtype ``d`` is carried in."""
+    return DType.i32 if d in SMALL else d
+
+
+def _needs_wrap(node) -> bool:
+    if node.op == "scatter_nd":  # update / max / min move values; add / mul compute
+        return node.params["mode"] not in ("update", "max", "min")
+    return node.op not in PRESERVING
 
 
 def check_type(t: TensorType, node=None) -> None:
@@ -74,6 +96,8 @@ class Ctx:
                 raise unsupported(node, f"internal: {len(outs)} values for "
                                         f"{len(node.outputs)} outputs")
             for v, o in zip(node.outputs, outs):
+                if v.type.dtype in SMALL and _needs_wrap(node):
+                    o = self.wrap(o, v.type.dtype)
                 env[v.id] = o
 
     # -- constants -------------------------------------------------------------------------
@@ -81,7 +105,7 @@ class Ctx:
         return ca_private.constant(np.asarray(value, dtype))
 
     def scalar(self, value, dtype: DType):
-        return self.const(value, NP[dtype])
+        return self.const(value, NP[carried(dtype)])
 
     def i32(self, values):
         return self.const(np.asarray(values, np.int32).reshape(-1))
@@ -111,12 +135,12 @@ class Ctx:
     def broadcast(self, x, shape, dtype: DType):
         """``x`` broadcast to ``shape`` (the result type given: the authoring API infers a
         dynamic one from a constant shape)."""
-        return ca_private.typed("broadcast_to", shape, dtype.np.name, input=x,
+        return ca_private.typed("broadcast_to", shape, carried(dtype).np.name, input=x,
                                 shape=np.asarray(shape, np.int32))
 
     def gather_along(self, x, idx, axis: int, shape, dtype: DType):
         """take_along_axis(x, idx, axis), ``idx`` of the result's ``shape``."""
-        return ca_private.typed("gather_along_axis", shape, dtype.np.name, input=x,
+        return ca_private.typed("gather_along_axis", shape, carried(dtype).np.name, input=x,
                                 indices=idx, axis=np.int32(axis))
 
     def slice(self, x, start, end, strides=None):
@@ -171,7 +195,18 @@ class Ctx:
         return self.ne(x, x)
 
     def cast(self, x, dtype: DType):
-        return self.ca.cast(x, ca_private.dtype(dtype.np.name))
+        return self.ca.cast(x, ca_private.dtype(carried(dtype).np.name))
+
+    def wrap(self, x, dtype: DType):
+        """The int32-carried ``x`` reduced modulo 2**8 into ``dtype``'s range (JAX's
+        wrap-around): Core AI's integer ``modulo`` truncates, so a negative remainder is
+        lifted by 256."""
+        i32 = DType.i32
+        shift = 128 if dtype == DType.i8 else 0
+        v = self.add(x, self.scalar(shift, i32)) if shift else x
+        r = self.ca.broadcasting_modulo(v, self.scalar(256, i32))
+        r = self.where(self.lt(r, self.scalar(0, i32)), self.add(r, self.scalar(256, i32)), r)
+        return self.sub(r, self.scalar(shift, i32)) if shift else r
 
     def reduce(self, kind: str, x, axes, keep_shape=None):
         """``reduce_<kind>`` over ``axes`` (Core AI keeps the dims); reshaped to

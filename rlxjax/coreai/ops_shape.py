@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DType
-from .ops_base import rule, unsupported
+from .ops_base import carried, rule, unsupported
 
 _REDUCE = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
            "reduce_prod": "product"}
@@ -256,7 +256,7 @@ def _scatter_nd(ctx, node, ins):
     flat = ctx.reshape(x, (p, r))
     from . import ca_private
 
-    out_t = ctx.ca.TensorType((p, r), ca_private.dtype(xt.dtype.np.name))
+    out_t = ctx.ca.TensorType((p, r), ca_private.dtype(carried(xt.dtype).np.name))
     out = ctx.ca.scatter_along_axis(out_t, flat, ctx.broadcast(lin, (m, r), DType.i32),
                                     ctx.reshape(upd, (m, r)), ctx.const(np.int32(0)),
                                     scatter_mode=_SCATTER_MODES[mode])

@@ -49,7 +49,7 @@ class Session:
         self._states = 0
         self.proc = subprocess.Popen([sys.executable, "-m", __name__, "--serve", path],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+                                     stderr=subprocess.PIPE, env=_child_env())
 
     @property
     def alive(self) -> bool:
@@ -117,6 +117,17 @@ class Session:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+def _child_env() -> Dict[str, str]:
+    """The environment of a worker: this process's, with the folder holding this rlxjax
+    first on PYTHONPATH, so that ``python -m`` runs this rlxjax's worker whatever the
+    working directory (another rlxjax may be installed: its worker may speak another
+    protocol)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
 
 
 class WorkerState:

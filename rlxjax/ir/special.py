@@ -40,3 +40,17 @@ for _n in SPECIAL_UNARY:
 for _n in SPECIAL_BINARY:
     defop(_n, "elementwise", 2, params={})(_float_op(_n))
 defop("betainc", "elementwise", 3, params={})(_float_op("betainc"))
+
+
+# -- erfc to float32 accuracy: the fitted f(x) = x·exp(x²)·erfc(x) of both formats'
+# lowerings (coreml/rules/erfc.py, coreai/ops_special.py; derivation: tools/fit_erfc.py)
+# f(x) on [1, 3] as a polynomial in (x - 2), highest degree first.
+ERFC_A = (-8.9861497851032659e-06, 2.9367471408893778e-05, -7.1136734477332094e-05,
+          2.1674416785613779e-04, -6.4782245750472783e-04, 1.7800081829546690e-03,
+          -4.5789150418021922e-03, 1.0881038038523883e-02, -2.3190976485714290e-02,
+          4.1802773057551201e-02, 5.1079135287713351e-01)
+# f(x) on [3, 10.5] as a polynomial in u = (2/x² - (LO + HI)) / (HI - LO).
+ERFC_B = (-4.9434631194531132e-08, 2.3206072567315718e-07, -1.2621965315271319e-06,
+          8.6306646832990324e-06, -7.0582075550043160e-05, 7.5028242373620651e-04,
+          -1.2258853323664585e-02, 5.4857505508028637e-01)
+ERFC_LO, ERFC_HI = 0.009070294784580499, 0.1111111111111111

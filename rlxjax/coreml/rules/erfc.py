@@ -14,19 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.special import ERFC_A as _ERFC_A, ERFC_B as _ERFC_B, ERFC_HI as _HI, \
+    ERFC_LO as _LO
 from ..registry import lowering
 from .common import Ew
-
-# f(x) on [1, 3] as a polynomial in (x - 2), highest degree first.
-_ERFC_A = (-8.9861497851032659e-06, 2.9367471408893778e-05, -7.1136734477332094e-05,
-           2.1674416785613779e-04, -6.4782245750472783e-04, 1.7800081829546690e-03,
-           -4.5789150418021922e-03, 1.0881038038523883e-02, -2.3190976485714290e-02,
-           4.1802773057551201e-02, 5.1079135287713351e-01)
-# f(x) on [3, 10.5] as a polynomial in u = (2/x² - (LO + HI)) / (HI - LO).
-_ERFC_B = (-4.9434631194531132e-08, 2.3206072567315718e-07, -1.2621965315271319e-06,
-           8.6306646832990324e-06, -7.0582075550043160e-05, 7.5028242373620651e-04,
-           -1.2258853323664585e-02, 5.4857505508028637e-01)
-_LO, _HI = 0.009070294784580499, 0.1111111111111111
 
 
 def horner(e, coeffs, u):
