@@ -108,6 +108,7 @@ class CoreAIFormat(Format):
     name = "aimodel"
     suffix = SUFFIX
     default_target = DEFAULT
+    attention_bool_masks = True  # coreai/ops_nn.py: select(mask, scores, lowest float)
 
     def target(self, target) -> Target:
         return target if isinstance(target, Target) else get_target(target)

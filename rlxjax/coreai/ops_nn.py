@@ -129,12 +129,19 @@ def _probabilities(ctx, node, ins):
     q, k = ins[0], ins[1]
     qs, ks = _t(node, 0).shape, _t(node, 1).shape
     s = ctx.mul(_bmm(ctx, q, k, qs, ks, transpose_b=True), ctx.scalar(node.params["scale"], F32))
-    if node.params["has_mask"]:
+    if _bool_mask(node):  # left-out scores: the lowest float, so a row with no True is
+        # uniform (the op's value, as JAX's where gives); coreml/rules/attention.py
+        s = ctx.where(ins[3], s, ctx.scalar(np.finfo(np.float32).min, F32))
+    elif node.params["has_mask"]:
         s = ctx.add(s, ins[3])
     axis = len(qs) - 1
     m = ctx.reduce("max", s, [axis])
     e = ctx.ca.exp(ctx.sub(s, m))
     return ctx.div(e, ctx.sum_keep(e, [axis])), tuple(qs[:-1]) + (ks[-2],)
+
+
+def _bool_mask(node) -> bool:
+    return node.params["has_mask"] and node.inputs[3].type.dtype == DType.bool
 
 
 @rule("attention")
@@ -156,6 +163,8 @@ def _attention_grad(ctx, node, ins):
     scale = ctx.scalar(node.params["scale"], F32)
     dp = _bmm(ctx, dout, v, ds_shape, vs, transpose_b=True)
     dsc = ctx.mul(pr, ctx.sub(dp, ctx.sum_keep(ctx.mul(dp, pr), [len(qs) - 1])))
+    if _bool_mask(node):  # no gradient reaches a left-out score (as through where)
+        dsc = ctx.where(ins[3], dsc, ctx.scalar(0.0, F32))
     got = {}
     want = node.params["outputs"]
     if "dv" in want:

@@ -168,3 +168,27 @@ def test_random_device_points_to_random_inputs():
     with pytest.raises(rlxjax.ArgumentError, match="has no random ops.*random='inputs'"):
         rlxjax.coreml_jit(lambda k: jax.random.normal(k, (3,)), random="device",
                           format="aimodel")
+
+
+def test_bool_masked_attention_with_a_fully_masked_row_runs_fused_as_jax():
+    """GQA attention with a bool input mask (one row all False: the mean of v, as JAX's
+    dot_product_attention gives), forward and gradient on Core AI's runtime."""
+    r = np.random.default_rng(5)
+    q = r.standard_normal((1, 3, 4, 4)).astype(np.float32)
+    k, v = (r.standard_normal((1, 5, 2, 4)).astype(np.float32) for _ in range(2))
+    keep = r.random((1, 1, 3, 5)) < 0.6
+    keep[..., 0] = True
+    keep[0, 0, -1, :] = False
+
+    def f(q, k, v, mask):
+        return jax.nn.dot_product_attention(q, k, v, mask=mask)
+
+    def loss(q, k, v, mask):
+        return jnp.sum(jnp.tanh(f(q, k, v, mask)))
+
+    fwd = rlxjax.coreml_jit(f, format="aimodel").lower(q, k, v, keep).compile()
+    assert "attention" in fwd._traced.graph.op_histogram()
+    np.testing.assert_allclose(fwd(q, k, v, keep), f(q, k, v, keep), rtol=1e-5, atol=1e-6)
+    grads = rlxjax.coreml_grad(loss, argnums=(0, 1, 2), format="aimodel")(q, k, v, keep)
+    for got, want in zip(grads, jax.grad(loss, argnums=(0, 1, 2))(q, k, v, keep)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

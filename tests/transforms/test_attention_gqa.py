@@ -276,14 +276,12 @@ def test_decode_step_over_a_cache():
     _check(decode, args, "iOS18", (0, 1, 2, 3, 4))
 
 
-def test_a_format_without_bool_masks_keeps_them_decomposed():
-    """Core AI does not lower the op's bool mask (Format.attention_bool_masks): there a
-    bool input mask leaves the attention decomposed (the softmax fused), an additive one is
-    fused as before."""
+def test_core_ai_takes_bool_and_additive_masks_fused():
+    """Core AI lowers the op's bool mask (Format.attention_bool_masks; coreai/ops_nn.py):
+    a bool input mask and an additive one both fuse (tests/coreai_format runs them)."""
     q, k, v, keep = _inputs(8, 1, 3, 4, 2, 2, 4, "bool", True)
     bias = np.where(keep, 0, -3).astype(np.float32)
-    for mask, fused in ((keep, False), (bias, True)):
+    for mask in (keep, bias):
         low = rlxjax.coreml_jit(_jax_nn, format="aimodel").lower(q, k, v, mask)
         hist = low.graph.op_histogram()
-        assert ("attention" in hist) == fused and ("softmax" in hist) != fused, hist
-        assert "attention" in rlxjax.coreml_jit(_jax_nn).lower(q, k, v, mask).graph.op_histogram()
+        assert "attention" in hist and "softmax" not in hist, hist
