@@ -90,6 +90,7 @@ def test_one_asset_trains_and_predicts_from_shared_states(tmp_path):
         m.run("predict", x=X[:4])
 
 
+@pytest.mark.slow
 def test_an_io_asset_with_predict_takes_the_params_as_inputs(tmp_path):
     opt = optax.sgd(0.1)
     step = rlxjax.coreml_train_step(loss, opt, format="aimodel")
@@ -115,7 +116,9 @@ def test_trainable_leaves_train_on_a_frozen_base():
     np.testing.assert_allclose(trained["w2"], want_tree["w2"], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("scheme", ["fp16", "int8", "int4", "palettize4", "palettize8"])
+@pytest.mark.parametrize("scheme", [pytest.param("fp16", marks=pytest.mark.slow), "int8",
+                                    pytest.param("int4", marks=pytest.mark.slow), "palettize4",
+                                    pytest.param("palettize8", marks=pytest.mark.slow)])
 def test_a_compressed_frozen_base_decompresses_exactly_on_core_ai(scheme):
     """The frozen w1 stored with ``scheme``: the step computes with exactly the values the
     quantiser's own dequantisation gives (JAX + optax on that dequantised base)."""
