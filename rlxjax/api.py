@@ -191,6 +191,20 @@ class Compiled:
         ``ops``, one row per MIL op (type, name, flops, bytes read/written, block depth)."""
         return dict(self.executable.cost(), rlx_nodes=len(self.graph.nodes))
 
+    def memory_analysis(self):
+        """What a call needs in memory (rlxjax/memory.py): JAX's ``CompiledMemoryStats``
+        fields (``argument_size_in_bytes``, ``output_size_in_bytes``, ``alias_size_in_bytes``
+        - states updated in place -, ``temp_size_in_bytes``, ``peak_memory_in_bytes``) plus
+        ``weight_size_in_bytes`` and ``state_size_in_bytes``, from the program's values and
+        their liveness in the order the program lists its operations."""
+        from .memory import analyse
+
+        values = self.executable.memory_program()
+        if values is None:
+            raise ArgumentError(f"the {self.format.name} format does not describe its "
+                                "program's values: no memory_analysis for it yet")
+        return analyse(values)
+
     def as_text(self) -> str:
         """The program as text (Core ML: MIL, via coremltools' loader)."""
         return self.executable.as_text()

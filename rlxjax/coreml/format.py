@@ -68,6 +68,11 @@ class CoreMLExecutable(Executable):
     def as_text(self) -> str:
         return str(self.validate())
 
+    def memory_program(self):
+        from .memory import value_program
+
+        return value_program(self.spec)
+
 
 class CoreMLFormat(Format):
     name = "mlpackage"

@@ -77,6 +77,11 @@ class Executable(abc.ABC):
     def as_text(self) -> str:
         """The program as text."""
 
+    def memory_program(self):
+        """The program's values in program order, for ``Compiled.memory_analysis``
+        (rlxjax/memory.py ``ValueProgram``); None when the format does not describe them."""
+        return None
+
 
 class Format(abc.ABC):
     name: str

@@ -69,6 +69,14 @@ class TrainStep(CoreMLFunction):
         """The compiled program the latest call (or ``init`` with a batch) used."""
         return None if self._latest is None else self._latest.compiled
 
+    def memory_analysis(self):
+        """``memory_analysis()`` of the compiled program the latest call (or ``init`` with
+        a batch) used (``Compiled.memory_analysis``, rlxjax/memory.py)."""
+        if self._latest is None:
+            raise RlxError("nothing compiled yet: call the step once (or "
+                           "init(params, *example_batch)) so that the batch shapes are known")
+        return self._latest.compiled.memory_analysis()
+
     def _program(self, state: TrainState, batch) -> TrainProgram:
         """The program for ``batch`` (compiled on first use for its signature)."""
         if self.state_mode == "io":
