@@ -117,7 +117,7 @@ def _free_reads(block: Block) -> set:
     return names
 
 
-def _block_peak(block: Block, weight: Callable[[str, int], int]) -> int:
+def block_peak(block: Block, weight: Callable[[str, int], int]) -> int:
     """The peak bytes ``block`` adds to what is live when it starts (its values weighed by
     ``weight(name, bytes)``), its outputs defined inside it included."""
     last: Dict[str, int] = {}
@@ -133,7 +133,7 @@ def _block_peak(block: Block, weight: Callable[[str, int], int]) -> int:
         out = {n: weight(n, b) for n, b in op.writes}
         new = sum(out.values())
         if op.blocks:
-            inner = max(_block_peak(b, weight) for b in op.blocks)
+            inner = max(block_peak(b, weight) for b in op.blocks)
             peak = max(peak, live + new + inner) if op.loop else \
                 max(peak, live + inner, live + new)
         else:
@@ -153,8 +153,8 @@ def analyse(program: ValueProgram) -> MemoryStats:
     out_names = set(body.outputs)
     outputs = sum(produced[n] if n in produced else program.arguments.get(n, 0)
                   for n in body.outputs)
-    temp = _block_peak(body, lambda n, b: 0 if n in out_names else b)
-    everything = _block_peak(body, lambda n, b: b)
+    temp = block_peak(body, lambda n, b: 0 if n in out_names else b)
+    everything = block_peak(body, lambda n, b: b)
     states = sum(program.states.values())
     held = sum(program.arguments.values()) + states + program.weights
     # outputs that are arguments (passed through) are not written: they are held already

@@ -17,6 +17,7 @@ from ..formats.base import Executable, Format
 from .lower import lower_graph
 from .mil_cse import mil_cse
 from .mil_linear_bias import fuse_linear_bias
+from .mil_order import order_for_memory
 from .package import MLPACKAGE_SUFFIX, save_mlpackage
 from .targets import Target, get_target
 
@@ -103,6 +104,7 @@ class CoreMLFormat(Format):
             metadata.write(meta, metadata.NAN_SIGN, nan)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
+        order_for_memory(model)  # exact: the order of the ops only (lower peak of live values)
         return CoreMLExecutable(model, tmp.name, ins, outs, tmp)
 
     def save_functions(self, functions, default: str, path) -> str:

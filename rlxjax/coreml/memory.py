@@ -45,21 +45,24 @@ class _Reader:
         self.constants = set()
         self.updated = set()
 
+    def op(self, op):
+        """The ``memory.Op`` of a MIL operation; None for a constant (a weight)."""
+        outs = tuple((o.name, _bytes(o.type, f"value '{o.name}'")) for o in op.outputs)
+        if op.type == "const" or op.type.startswith("constexpr_"):
+            self.weights += sum(b for _, b in outs)
+            self.constants.update(n for n, _ in outs)
+            return None
+        reads = tuple(b.name for arg in op.inputs.values() for b in arg.arguments
+                      if b.WhichOneof("binding") == "name")
+        if op.type == "coreml_update_state":
+            self.updated.update(b.name for b in op.inputs["state"].arguments)
+        nested = tuple(self.block(b) for b in op.blocks)
+        return memory.Op(reads, outs, nested, loop=op.type == "while_loop")
+
     def block(self, blk) -> memory.Block:
-        ops = []
-        for op in blk.operations:
-            outs = tuple((o.name, _bytes(o.type, f"value '{o.name}'")) for o in op.outputs)
-            if op.type == "const" or op.type.startswith("constexpr_"):
-                self.weights += sum(b for _, b in outs)
-                self.constants.update(n for n, _ in outs)
-                continue
-            reads = tuple(b.name for arg in op.inputs.values() for b in arg.arguments
-                          if b.WhichOneof("binding") == "name")
-            if op.type == "coreml_update_state":
-                self.updated.update(b.name for b in op.inputs["state"].arguments)
-            nested = tuple(self.block(b) for b in op.blocks)
-            ops.append(memory.Op(reads, outs, nested, loop=op.type == "while_loop"))
-        return memory.Block(tuple(i.name for i in blk.inputs), tuple(ops), tuple(blk.outputs))
+        ops = (self.op(op) for op in blk.operations)
+        return memory.Block(tuple(i.name for i in blk.inputs), tuple(o for o in ops if o),
+                            tuple(blk.outputs))
 
 
 def value_program(spec, function: str = "main") -> memory.ValueProgram:

@@ -1,0 +1,168 @@
+"""Order the lowered ML Program's operations for memory: exact, only the order changes.
+
+The lowering emits MIL ops in RLX graph order, which for a training step is the whole
+forward pass and then the whole backward pass: every activation stays live until its
+backward reader, and a backward op that could have consumed a large temporary early waits
+behind unrelated ones. This pass re-lists the ops of every block (nested ones included) in
+the order, of three, that gives the block the lowest peak of live temporaries
+(rlxjax/memory.py ``block_peak``, the model ``memory_analysis`` reports):
+
+* the order the lowering emitted;
+* a greedy list schedule: of the ops whose inputs exist, the one that adds the fewest net
+  bytes (its results minus the inputs it is the last reader of), earliest first on ties;
+* a depth-first post-order from the block's outputs (each value computed just before its
+  first reader needs it).
+
+A block keeps its order unless another one is strictly better (then its constants move to
+its top, in their order). Dependencies are the values an op reads (a control op reads what
+its nested blocks read from outside them); ops with side effects (``mil.is_impure_type``:
+states, random draws) keep their order among themselves. MIL ops are deterministic
+functions of their inputs, so every result is bit for bit what it was
+(tests/coreml/test_mil_order.py compares the outputs of the train-step workloads).
+Programs with unknown dimensions (flexible inputs) keep their order.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Dict, List
+
+from .. import memory
+from ..errors import DynamicShapeError
+from .memory import _Reader
+from .mil import is_impure_type, top_blocks
+
+
+def order_for_memory(model) -> int:
+    """Reorder every block of ``model`` in place; returns how many blocks changed."""
+    changed = 0
+    try:
+        for top in top_blocks(model):
+            changed += _order(top, set(top.outputs))
+    except DynamicShapeError:  # flexible shapes: sizes unknown, the order stays
+        return 0
+    return changed
+
+
+def _is_const(op) -> bool:
+    return op.type == "const" or op.type.startswith("constexpr_")
+
+
+def _order(block, keep) -> int:
+    changed = 0
+    for op in block.operations:
+        for sub in op.blocks:
+            changed += _order(sub, set(sub.outputs))
+    ops = [op for op in block.operations if not _is_const(op)]
+    if len(ops) < 3:
+        return changed
+    reader = _Reader()
+    mem = [reader.op(op) for op in ops]
+    uses = [sorted(memory._uses(m)) for m in mem]
+    producer = {n: j for j, m in enumerate(mem) for n, _ in m.writes}
+    deps: List[List[int]] = []
+    last_impure = None
+    for j, op in enumerate(ops):
+        d = {producer[n] for n in uses[j] if n in producer}
+        if is_impure_type(op.type) or op.blocks:
+            if last_impure is not None:
+                d.add(last_impure)
+            last_impure = j
+        deps.append(sorted(d))
+    inputs = tuple(i.name for i in block.inputs)
+    outputs = tuple(block.outputs)
+
+    def peak(order):
+        return memory.block_peak(memory.Block(inputs, tuple(mem[j] for j in order), outputs),
+                                 lambda n, b: 0 if n in keep else b)
+
+    original = list(range(len(ops)))
+    best, best_peak = original, peak(original)
+    for candidate in (_greedy(mem, uses, deps, producer, outputs), _post_order(deps, producer,
+                                                                               outputs)):
+        p = peak(candidate)
+        if p < best_peak:
+            best, best_peak = candidate, p
+    if best is original:
+        return changed
+    consts = [op for op in block.operations if _is_const(op)]
+    new = consts + [ops[j] for j in best]
+    copies = [type(op)() for op in new]
+    for c, op in zip(copies, new):
+        c.CopyFrom(op)
+    del block.operations[:]
+    block.operations.extend(copies)
+    return changed + 1
+
+
+def _greedy(mem, uses, deps, producer, outputs) -> List[int]:
+    n = len(mem)
+    readers: Dict[str, List[int]] = {}
+    for j, u in enumerate(uses):
+        for name in u:
+            if name in producer:
+                readers.setdefault(name, []).append(j)
+    remaining = {name: len(r) for name, r in readers.items()}
+    held = set(outputs)
+    size = {name: b for m in mem for name, b in m.writes}
+    users: List[List[int]] = [[] for _ in range(n)]
+    indeg = [len(d) for d in deps]
+    for j, d in enumerate(deps):
+        for i in d:
+            users[i].append(j)
+    done = [False] * n
+
+    def delta(j):
+        add = sum(b for name, b in mem[j].writes if name in remaining or name in held)
+        free = sum(size[name] for name in uses[j]
+                   if remaining.get(name) == 1 and name not in held)
+        return add - free
+
+    heap = [(delta(j), j) for j in range(n) if indeg[j] == 0]
+    heapq.heapify(heap)
+    current = {j: p for p, j in heap}
+    order = []
+    while heap:
+        p, j = heapq.heappop(heap)
+        if done[j] or current.get(j) != p:
+            continue
+        done[j] = True
+        order.append(j)
+        for name in uses[j]:
+            if name in remaining:
+                remaining[name] -= 1
+                if remaining[name] == 1:  # its last reader now frees it
+                    for k in readers[name]:
+                        if not done[k] and indeg[k] == 0:
+                            current[k] = delta(k)
+                            heapq.heappush(heap, (current[k], k))
+        for k in users[j]:
+            indeg[k] -= 1
+            if indeg[k] == 0:
+                current[k] = delta(k)
+                heapq.heappush(heap, (current[k], k))
+    if len(order) != n:  # cannot happen for an SSA block: keep the program as it is
+        return list(range(n))
+    return order
+
+
+def _post_order(deps, producer, outputs) -> List[int]:
+    n = len(deps)
+    seen = [False] * n
+    order: List[int] = []
+    roots = [producer[name] for name in outputs if name in producer] + list(range(n))
+    for root in roots:
+        if seen[root]:
+            continue
+        stack = [(root, 0)]
+        seen[root] = True
+        while stack:
+            j, k = stack.pop()
+            if k < len(deps[j]):
+                stack.append((j, k + 1))
+                i = deps[j][k]
+                if not seen[i]:
+                    seen[i] = True
+                    stack.append((i, 0))
+            else:
+                order.append(j)
+    return order
