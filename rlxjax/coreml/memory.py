@@ -2,7 +2,7 @@
 protobuf: every value's declared type gives its bytes; ``const`` and ``constexpr_*`` results
 are the weights (the decompressed values a ``constexpr_`` op makes at load count as the
 program holds them, next to their compressed payloads); a state written by
-``coreml_update_state`` is updated in place (the alias bytes)."""
+``coreml_update_state`` / ``write_state`` is updated in place (the alias bytes)."""
 from __future__ import annotations
 
 from typing import Dict
@@ -39,6 +39,10 @@ def _bytes(vt, where: str) -> int:
     return (int(np.prod(dims, dtype=np.int64)) * _BITS.get(dtype, 32) + 7) // 8
 
 
+#: state-writing MIL op -> its input naming the state
+_STATE_WRITES = {"coreml_update_state": ("state",), "write_state": ("input",)}
+
+
 class _Reader:
     def __init__(self):
         self.weights = 0
@@ -54,8 +58,8 @@ class _Reader:
             return None
         reads = tuple(b.name for arg in op.inputs.values() for b in arg.arguments
                       if b.WhichOneof("binding") == "name")
-        if op.type == "coreml_update_state":
-            self.updated.update(b.name for b in op.inputs["state"].arguments)
+        for param in _STATE_WRITES.get(op.type, ()):
+            self.updated.update(b.name for b in op.inputs[param].arguments)
         nested = tuple(self.block(b) for b in op.blocks)
         return memory.Op(reads, outs, nested, loop=op.type == "while_loop")
 
