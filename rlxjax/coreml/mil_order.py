@@ -4,14 +4,15 @@ The lowering emits MIL ops in RLX graph order, which for a training step is the 
 forward pass and then the whole backward pass: every activation stays live until its
 backward reader, and a backward op that could have consumed a large temporary early waits
 behind unrelated ones. This pass re-lists the ops of every block (nested ones included) in
-the order, of three, that gives the block the lowest peak of live temporaries
-(rlxjax/memory.py ``block_peak``, the model ``memory_analysis`` reports):
+the order, of four, that gives the block the lowest peak of live temporaries, then the
+lowest peak of everything live (the outputs written so far included; rlxjax/memory.py
+``block_peak``, the model ``memory_analysis`` reports):
 
 * the order the lowering emitted;
 * a greedy list schedule: of the ops whose inputs exist, the one that adds the fewest net
   bytes (its results minus the inputs it is the last reader of), earliest first on ties;
-* a depth-first post-order from the block's outputs (each value computed just before its
-  first reader needs it).
+* depth-first post-orders from the block's outputs, in their order and in reverse (each
+  value computed just before its first reader needs it).
 
 A block keeps its order unless another one is strictly better (then its constants move to
 its top, in their order). Dependencies are the values an op reads (a control op reads what
@@ -72,13 +73,18 @@ def _order(block, keep) -> int:
     outputs = tuple(block.outputs)
 
     def peak(order):
-        return memory.block_peak(memory.Block(inputs, tuple(mem[j] for j in order), outputs),
-                                 lambda n, b: 0 if n in keep else b)
+        """(peak of the temporaries; peak of everything live, the outputs written so far
+        included): outputs are the caller's (with states, a train step's outputs are
+        small), so the temporaries decide, the rest breaks ties."""
+        blk = memory.Block(inputs, tuple(mem[j] for j in order), outputs)
+        return (memory.block_peak(blk, lambda n, b: 0 if n in keep else b),
+                memory.block_peak(blk, lambda n, b: b))
 
     original = list(range(len(ops)))
     best, best_peak = original, peak(original)
-    for candidate in (_greedy(mem, uses, deps, producer, outputs), _post_order(deps, producer,
-                                                                               outputs)):
+    for candidate in (_greedy(mem, uses, deps, producer, outputs),
+                      _post_order(deps, producer, outputs),
+                      _post_order(deps, producer, outputs, reverse_roots=True)):
         p = peak(candidate)
         if p < best_peak:
             best, best_peak = candidate, p
@@ -145,11 +151,12 @@ def _greedy(mem, uses, deps, producer, outputs) -> List[int]:
     return order
 
 
-def _post_order(deps, producer, outputs) -> List[int]:
+def _post_order(deps, producer, outputs, reverse_roots=False) -> List[int]:
     n = len(deps)
     seen = [False] * n
     order: List[int] = []
-    roots = [producer[name] for name in outputs if name in producer] + list(range(n))
+    roots = [producer[name] for name in outputs if name in producer]
+    roots = (roots[::-1] if reverse_roots else roots) + list(range(n))
     for root in roots:
         if seen[root]:
             continue

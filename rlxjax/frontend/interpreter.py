@@ -60,6 +60,9 @@ class Lowering(Builder):
         self.made_empty = False  # zero-size constants were made (zerosize.py): run DCE
         # inside a library function's call (rules/control.py): report the call's line
         self.in_library = False
+        # inside a jax.checkpoint body: called with (eqn, its outputs) after each equation,
+        # to collect what the checkpoint's policy saves (frontend/remat.py)
+        self.remat_saving = None
 
     def unsupported(self, detail: str = "") -> UnsupportedPrimitiveError:
         return UnsupportedPrimitiveError(self.primitive or "?", self.source, detail)
@@ -127,6 +130,8 @@ class Lowering(Builder):
             self._check_outputs(eqn, outs)
             if any(uint32.is_u32(v.aval) for v in eqn.outvars):
                 uint32.track(self, eqn, inputs, outs)
+            if self.remat_saving is not None:
+                self.remat_saving(eqn, outs)
             return outs
         finally:
             self.source, self.primitive = saved

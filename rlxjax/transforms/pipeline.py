@@ -19,6 +19,8 @@ needs nothing from around them.
   log_softmax, gelu and silu (transforms/recognize_activations.py) for the same reason;
   ``recognize_attention`` then fuses ``softmax(q·kᵀ·scale + mask)·v`` (it needs the fused
   softmax).
+- ``inline_remat`` replaces each ``remat`` node (``jax.checkpoint``) by its body once the
+  grad transform has recomputed, in the backward pass, what the policy did not save.
 - ``inline_custom_calls`` replaces each ``custom_vjp`` node of the top-level graph by its
   primal body once the grad transform has used the custom rule (those inside regions are
   lowered as they are: coreml/rules/control.py).
@@ -45,7 +47,7 @@ from .fold import fold_constants
 from .recognize_activations import recognize_activations
 from .recognize_attention import recognize_attention
 from .recognize_norms import recognize_norms
-from .regions import all_regions, inline_custom_calls
+from .regions import all_regions, inline_custom_calls, inline_remat
 from .scalar_muls import fold_scalar_muls
 from .rewrite import dce
 from .simplify import simplify
@@ -65,6 +67,7 @@ PASSES: Dict[str, Pass] = {p.name: p for p in (
     Pass("recognize_activations", recognize_activations),
     Pass("recognize_attention", recognize_attention),
     Pass("inline_custom_calls", inline_custom_calls, regions=False),
+    Pass("inline_remat", inline_remat),
     Pass("simplify", simplify),
     Pass("cse", cse),
     Pass("dce", dce),
@@ -77,6 +80,7 @@ BEFORE_AD = ("recognize_norms", "recognize_activations", "recognize_attention")
 
 #: After the function's transform, before the lowering.
 AFTER_AD = (
+    "inline_remat",
     "inline_custom_calls",
     "simplify",
 )

@@ -63,6 +63,18 @@ def inline_custom_calls(graph: Graph) -> bool:
     return changed
 
 
+def inline_remat(graph: Graph) -> bool:
+    """Replace every ``remat`` node of ``graph`` by its body, in place: once the grad
+    transform has recomputed what the checkpoint's policy did not save, the forward pass
+    is plain ops (the saved values are among them). Returns whether anything changed."""
+    changed = False
+    while any(n.op == "remat" for n in graph.nodes):
+        _replace(graph, lambda n: n.op == "remat",
+                 lambda n: inline(graph, n.regions["body"], n.inputs, n.source))
+        changed = True
+    return changed
+
+
 def save_scan_carries(graph: Graph, active: set) -> Dict[int, Value]:
     """Make every ``scan`` that reads an ``active`` value also return the carry each step
     starts from, stacked (param ``saved_carries``): its VJP (vjp/control.py) replays the
