@@ -16,8 +16,9 @@ lowest peak of everything live (the outputs written so far included; rlxjax/memo
 
 A block keeps its order unless another one is strictly better (then its constants move to
 its top, in their order). Dependencies are the values an op reads (a control op reads what
-its nested blocks read from outside them); ops with side effects (``mil.is_impure_type``:
-states, random draws) keep their order among themselves. MIL ops are deterministic
+its nested blocks read from outside them); ops with side effects (``mil.is_impure_type``)
+keep their order among those acting on the same thing (one state's reads and writes; all
+random draws), and control ops keep theirs against every side effect. MIL ops are deterministic
 functions of their inputs, so every result is bit for bit what it was
 (tests/coreml/test_mil_order.py compares the outputs of the train-step workloads).
 Programs with unknown dimensions (flexible inputs) keep their order.
@@ -30,7 +31,7 @@ from typing import Dict, List
 from .. import memory
 from ..errors import DynamicShapeError
 from .memory import _Reader
-from .mil import is_impure_type, top_blocks
+from .mil import RANDOM_OP_PREFIX, STATE_OP_TYPES, is_impure_type, top_blocks
 
 
 def order_for_memory(model) -> int:
@@ -42,6 +43,19 @@ def order_for_memory(model) -> int:
     except DynamicShapeError:  # flexible shapes: sizes unknown, the order stays
         return 0
     return changed
+
+
+def _effect_key(op):
+    """What a side effect acts on: ops with the same key keep their order (a state's reads
+    and writes; every random draw, as a runtime may draw from one generator); None for a
+    pure op."""
+    if not is_impure_type(op.type):
+        return None
+    for param in ("input", "state"):
+        arg = op.inputs.get(param)
+        if op.type in STATE_OP_TYPES and arg is not None and arg.arguments:
+            return "state:" + arg.arguments[0].name
+    return "random" if op.type.startswith(RANDOM_OP_PREFIX) else op.type
 
 
 def _is_const(op) -> bool:
@@ -61,13 +75,22 @@ def _order(block, keep) -> int:
     uses = [sorted(memory._uses(m)) for m in mem]
     producer = {n: j for j, m in enumerate(mem) for n, _ in m.writes}
     deps: List[List[int]] = []
-    last_impure = None
+    last: Dict[str, int] = {}  # side-effect key -> the latest op with it
+    barrier = None  # the latest control op (its blocks may have side effects)
     for j, op in enumerate(ops):
         d = {producer[n] for n in uses[j] if n in producer}
-        if is_impure_type(op.type) or op.blocks:
-            if last_impure is not None:
-                d.add(last_impure)
-            last_impure = j
+        key = _effect_key(op)
+        if op.blocks:
+            d.update(last.values())
+            if barrier is not None:
+                d.add(barrier)
+            barrier, last = j, {}
+        elif key is not None:
+            if key in last:
+                d.add(last[key])
+            if barrier is not None:
+                d.add(barrier)
+            last[key] = j
         deps.append(sorted(d))
     inputs = tuple(i.name for i in block.inputs)
     outputs = tuple(block.outputs)
