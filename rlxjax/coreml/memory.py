@@ -49,7 +49,7 @@ class _Reader:
         self.constants = set()
         self.updated = set()
 
-    def op(self, op):
+    def describe(self, op):
         """The ``memory.Op`` of a MIL operation; None for a constant (a weight)."""
         outs = tuple((o.name, _bytes(o.type, f"value '{o.name}'")) for o in op.outputs)
         if op.type == "const" or op.type.startswith("constexpr_"):
@@ -64,7 +64,7 @@ class _Reader:
         return memory.Op(reads, outs, nested, loop=op.type == "while_loop")
 
     def block(self, blk) -> memory.Block:
-        ops = (self.op(op) for op in blk.operations)
+        ops = (self.describe(op) for op in blk.operations)
         return memory.Block(tuple(i.name for i in blk.inputs), tuple(o for o in ops if o),
                             tuple(blk.outputs))
 

@@ -71,7 +71,7 @@ def _order(block, keep) -> int:
     if len(ops) < 3:
         return changed
     reader = _Reader()
-    mem = [reader.op(op) for op in ops]
+    mem = [reader.describe(op) for op in ops]
     uses = [sorted(memory._uses(m)) for m in mem]
     producer = {n: j for j, m in enumerate(mem) for n, _ in m.writes}
     deps: List[List[int]] = []

@@ -131,7 +131,7 @@ def _remat(ts, p, r):
     return _out_types(body)
 
 
-@defop("remat_barrier", "control", None, params={}, differentiable=False)
+@defop("remat_barrier", "shape", None, params={}, differentiable=False)
 def _remat_barrier(ts, p):
     """The identity on its inputs, which no pass merges with or looks through: what a
     ``remat`` VJP recomputes reads its inputs through one, so that CSE cannot replace the

@@ -133,6 +133,13 @@ def _custom_vjp(ctx, node, *args):
     return tuple(ctx.lower_region(node.regions["primal"], args))
 
 
+@lowering("remat")
+def _remat(ctx, node, *args):
+    # inlined after the grad transform (transforms/regions.py); a remat left in a region
+    # computes its body: its outputs and the values its policy saves
+    return tuple(ctx.lower_region(node.regions["body"], args))
+
+
 @lowering("remat_barrier")
 def _remat_barrier(ctx, node, *xs):
     """One MIL ``identity`` per value: what the backward pass recomputes reads these, so
