@@ -1,5 +1,7 @@
-"""Memory of training steps: what ``memory_analysis()`` reports, against the reference
-interpreter's measured peak and XLA's ``memory_analysis()`` of the same JAX step.
+"""Memory of training steps: memory_analysis() against the measured peak and XLA's.
+
+What ``memory_analysis()`` reports, against the reference interpreter's measured peak and
+XLA's ``memory_analysis()`` of the same JAX step.
 
 Part 1, the train-step workloads (tests/models.py, adam): temp bytes with the ops in the
 order the lowering emits them ("emitted": what every program had before the memory order of

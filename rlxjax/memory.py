@@ -101,7 +101,7 @@ def _defined(block: Block) -> set:
     return names
 
 
-def _uses(op: Op) -> set:
+def op_reads(op: Op) -> set:
     """The names ``op`` reads, those its nested blocks read from outside them too."""
     names = set(op.reads)
     for b in op.blocks:
@@ -113,7 +113,7 @@ def _free_reads(block: Block) -> set:
     inner = _defined(block)
     names = set(n for n in block.outputs if n not in inner)
     for op in block.ops:
-        names |= _uses(op) - inner
+        names |= op_reads(op) - inner
     return names
 
 
@@ -121,7 +121,7 @@ def block_peak(block: Block, weight: Callable[[str, int], int]) -> int:
     """The peak bytes ``block`` adds to what is live when it starts (its values weighed by
     ``weight(name, bytes)``), its outputs defined inside it included."""
     last: Dict[str, int] = {}
-    uses = [_uses(op) for op in block.ops]
+    uses = [op_reads(op) for op in block.ops]
     for i, u in enumerate(uses):
         for n in u:
             last[n] = i

@@ -43,7 +43,7 @@ def _bytes(vt, where: str) -> int:
 _STATE_WRITES = {"coreml_update_state": ("state",), "write_state": ("input",)}
 
 
-class _Reader:
+class Reader:
     def __init__(self):
         self.weights = 0
         self.constants = set()
@@ -77,7 +77,7 @@ def value_program(spec, function: str = "main") -> memory.ValueProgram:
     for nvt in fn.inputs:
         size = _bytes(nvt.type, f"input '{nvt.name}'")
         (states if nvt.type.WhichOneof("type") == "stateType" else arguments)[nvt.name] = size
-    reader = _Reader()
+    reader = Reader()
     body = reader.block(function_block(spec, function))
     return memory.ValueProgram(arguments, states, frozenset(reader.updated), reader.weights,
                                body)

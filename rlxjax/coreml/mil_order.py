@@ -30,7 +30,7 @@ from typing import Dict, List
 
 from .. import memory
 from ..errors import DynamicShapeError
-from .memory import _Reader
+from .memory import Reader
 from .mil import RANDOM_OP_PREFIX, STATE_OP_TYPES, is_impure_type, top_blocks
 
 
@@ -70,9 +70,9 @@ def _order(block, keep) -> int:
     ops = [op for op in block.operations if not _is_const(op)]
     if len(ops) < 3:
         return changed
-    reader = _Reader()
+    reader = Reader()
     mem = [reader.describe(op) for op in ops]
-    uses = [sorted(memory._uses(m)) for m in mem]
+    uses = [sorted(memory.op_reads(m)) for m in mem]
     producer = {n: j for j, m in enumerate(mem) for n, _ in m.writes}
     deps: List[List[int]] = []
     last: Dict[str, int] = {}  # side-effect key -> the latest op with it

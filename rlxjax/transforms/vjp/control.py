@@ -143,9 +143,11 @@ def _remat(ctx, node, cts, needs):
     ins = [bg.add_input(f"in{i}", v.type) for i, v in enumerate(node.inputs)]
     res = [bg.add_input(f"saved{j}", v.type) for j, v in enumerate(saved)]
     ct_ins = [bg.add_input(f"ct{i}", c.type) for i, c in live]
-    # activations (not the function's inputs, nor constants) go through the barrier
+    # every input but constants goes through the barrier: also the function's inputs (the
+    # parameters), else what the body computes from them alone (a reshaped kernel) would be
+    # merged with the forward pass's and held until the backward pass
     fenced = [i for i, v in enumerate(node.inputs)
-              if v.node is not None and v.node.op != "constant"]
+              if v.node is None or v.node.op != "constant"]
     reads = list(ins)
     if fenced:
         fence = bg.add_node("remat_barrier", [ins[i] for i in fenced], {}, ctx.source)
