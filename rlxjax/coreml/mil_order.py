@@ -18,7 +18,8 @@ A block keeps its order unless another one is strictly better (then its constant
 its top, in their order). Dependencies are the values an op reads (a control op reads what
 its nested blocks read from outside them); ops with side effects (``mil.is_impure_type``)
 keep their order among those acting on the same thing (one state's reads and writes; all
-random draws), and control ops keep theirs against every side effect. MIL ops are deterministic
+random draws), control ops keep theirs against every side effect, and state reads stay at
+the top of the program and writes at its end (coreml/states.py says why). MIL ops are deterministic
 functions of their inputs, so every result is bit for bit what it was
 (tests/coreml/test_mil_order.py compares the outputs of the train-step workloads).
 Programs with unknown dimensions (flexible inputs) keep their order.
@@ -43,6 +44,9 @@ def order_for_memory(model) -> int:
     except DynamicShapeError:  # flexible shapes: sizes unknown, the order stays
         return 0
     return changed
+
+
+_WRITES = ("write_state", "coreml_update_state")
 
 
 def _effect_key(op):
@@ -77,9 +81,16 @@ def _order(block, keep) -> int:
     deps: List[List[int]] = []
     last: Dict[str, int] = {}  # side-effect key -> the latest op with it
     barrier = None  # the latest control op (its blocks may have side effects)
+    last_read = None
     for j, op in enumerate(ops):
         d = {producer[n] for n in uses[j] if n in producer}
         key = _effect_key(op)
+        if op.type == "read_state":
+            if last_read is not None:
+                d.add(last_read)
+            last_read = j
+        elif last_read is not None:  # reads stay before everything (coreml/states.py)
+            d.add(last_read)
         if op.blocks:
             d.update(last.values())
             if barrier is not None:
@@ -91,7 +102,13 @@ def _order(block, keep) -> int:
             if barrier is not None:
                 d.add(barrier)
             last[key] = j
-        deps.append(sorted(d))
+        deps.append(d)
+    writes = [j for j, op in enumerate(ops) if op.type in _WRITES]
+    if writes:  # writes stay after everything (coreml/states.py)
+        others = [j for j in range(len(ops)) if ops[j].type not in _WRITES]
+        for w in writes:
+            deps[w].update(others)
+    deps = [sorted(d) for d in deps]
     inputs = tuple(i.name for i in block.inputs)
     outputs = tuple(block.outputs)
 
