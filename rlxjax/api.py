@@ -236,6 +236,8 @@ class Lowered:
         transposed copy of a ``[K, N]`` kernel for MIL ``linear``), so a weight shared with
         another function of a multifunction package is stored once."""
         pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
+        if not self.format.lowers_remat_barrier:
+            pipeline.run_passes(self.graph, ("drop_remat_barriers",))
         program = Program(self._traced, self.target, self.precision, states=self.states,
                           enumerated=self.enumerated)
         executable = self.format.compile(program, keep_weight_layout=keep_weight_layout)

@@ -76,6 +76,7 @@ class CoreMLExecutable(Executable):
 
 
 class CoreMLFormat(Format):
+    lowers_remat_barrier = True
     name = "mlpackage"
     suffix = MLPACKAGE_SUFFIX
     default_target = "iOS17"

@@ -87,6 +87,10 @@ class Format(abc.ABC):
     name: str
     suffix: str
     default_target: str
+    #: whether ``compile`` lowers the RLX op ``remat_barrier`` (ir/control.py: what keeps a
+    #: ``jax.checkpoint``'s recomputation from being merged into the forward pass); when
+    #: not, ``Lowered.compile`` removes the barriers first (the values are the same)
+    lowers_remat_barrier: bool = False
 
     @abc.abstractmethod
     def target(self, target) -> Target:

@@ -153,3 +153,12 @@ def test_nnx_remat_and_equinox_checkpointed_scan():
         return jnp.mean(out ** 2)
 
     close(rlxjax.coreml_grad(eloss)(ws, X), jax.grad(eloss)(ws, X))
+
+
+def test_a_format_without_the_barrier_still_computes_the_gradient():
+    """Core AI has no lowering of remat_barrier: the barriers are dropped before it lowers
+    (Format.lowers_remat_barrier), the gradient is the same."""
+    pytest.importorskip("coreai.authoring", reason="format='aimodel' needs coreai-core")
+    loss = chain(None)
+    close(rlxjax.coreml_grad(loss, format="aimodel", backend="coreai")(PARAMS, X),
+          jax.grad(loss)(PARAMS, X))
