@@ -27,7 +27,7 @@ states + weights + the peak of (outputs written so far + live temporaries).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Tuple
 
 
@@ -77,7 +77,6 @@ class MemoryStats:
     host_output_size_in_bytes: int = 0
     host_alias_size_in_bytes: int = 0
     host_temp_size_in_bytes: int = 0
-    extra: dict = field(default_factory=dict, compare=False)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in (
@@ -157,7 +156,6 @@ def analyse(program: ValueProgram) -> MemoryStats:
     everything = block_peak(body, lambda n, b: b)
     states = sum(program.states.values())
     held = sum(program.arguments.values()) + states + program.weights
-    # outputs that are arguments (passed through) are not written: they are held already
     return MemoryStats(
         argument_size_in_bytes=sum(program.arguments.values()),
         output_size_in_bytes=outputs,

@@ -11,7 +11,7 @@ counted (``peak_bytes``) but are not temporaries (``peak_temp_bytes``).
 """
 from __future__ import annotations
 
-from .interpreter import LIST, NAME, ReferenceProgram, ReferenceRuntimeError
+from .interpreter import LIST, NAME, ReferenceProgram
 
 
 def _reads(op) -> set:
@@ -40,11 +40,18 @@ class LiveBytesProgram(ReferenceProgram):
     """A ``ReferenceProgram`` whose ``measure(feeds, state=None)`` runs the program and
     returns its outputs and ``{"peak_bytes", "peak_temp_bytes"}``."""
 
+    _measuring = False
+
     def measure(self, feeds: dict, state=None):
         self._last_uses = {}
         self._live = self._live_temp = self._peak = self._peak_temp = 0
         self._outputs = set(self.output_names)
-        results = self.run(feeds, state=state)
+        self._carried = None
+        self._measuring = True
+        try:
+            results = self.run(feeds, state=state)
+        finally:
+            self._measuring = False
         return results, {"peak_bytes": self._peak, "peak_temp_bytes": self._peak_temp}
 
     def _add(self, name, nbytes):
@@ -72,7 +79,7 @@ class LiveBytesProgram(ReferenceProgram):
         return last
 
     def _run_block(self, block, env, values=()):
-        if not hasattr(self, "_last_uses"):  # a plain run(): no counting
+        if not self._measuring:  # a plain run(): no counting
             return super()._run_block(block, env, values)
         last = self._last_use(block)
         for name, v in zip(block.inputs, values):
@@ -80,14 +87,7 @@ class LiveBytesProgram(ReferenceProgram):
         held = {}  # values this block made -> bytes
         for i, op in enumerate(block.ops):
             self._carried = None
-            try:
-                results = self._call(op, env)
-            except ReferenceRuntimeError:
-                raise
-            except Exception as e:  # noqa: BLE001 - re-raised with op context
-                raise self.op_error(op, e) from e
-            if op.unchecked:
-                self._check_op(op, results)
+            results = self._execute(op, env)
             carried, self._carried = self._carried, None
             for k, (name, value) in enumerate(zip(op.outputs, results)):
                 env[name] = value
@@ -106,6 +106,8 @@ class LiveBytesProgram(ReferenceProgram):
         return out
 
     def _while_loop(self, op, inputs, env):
+        if not self._measuring:
+            return super()._while_loop(op, inputs, env)
         sizes = [getattr(v, "nbytes", 0) for v in inputs["loop_vars"]]
         for name, nbytes in zip(op.outputs, sizes):
             self._add(name, nbytes)
