@@ -8,8 +8,11 @@ forward and gradient MIL ops with the fused op against the same program with
 ``recognize_activations`` switched off (the decomposed form JAX emits); likewise attention
 (``recognize_attention`` off) on iOS17 and iOS18; then whole attention blocks (nnx
 MultiHeadAttention, which calls jax.nn.dot_product_attention, and a causal flax block) with
-both passes on and off.
-Run: ``python bench/grad_ops.py`` (``--blocks`` for the attention blocks only).
+both passes on and off; then Gemma blocks (bench/gemma_blocks.py: flax's example, with and
+without Gemma 2's soft-capping, and keras-hub's GemmaDecoderBlock when keras_hub imports).
+Run: ``python bench/grad_ops.py`` (``--blocks`` for the attention blocks only, ``--gemma``
+for the Gemma blocks only; the keras-hub one with
+``KERAS_BACKEND=jax /work/.venv-keras/bin/python bench/grad_ops.py --gemma``).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import jax
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(__file__))
 
 import rlxjax  # noqa: E402
 import rlxjax.nn as rnn  # noqa: E402
@@ -165,14 +169,65 @@ def block_ops():
     return rows
 
 
+def gemma_ops():
+    """(name, fwd fused, fwd decomposed, grad fused, grad decomposed, fused attentions) on
+    iOS18 for Gemma blocks as flax's example and keras-hub write them (bench/gemma_blocks.py;
+    keras-hub's only where it imports), both passes on / both off; grad w.r.t. the
+    parameters and x."""
+    import jax.numpy as jnp
+
+    import gemma_blocks
+
+    cases = {"flax Gemma block": gemma_blocks.flax_block,
+             "flax Gemma 2 softcap": lambda: gemma_blocks.flax_block(soft_cap=50.0)}
+    try:
+        import keras_hub  # noqa: F401
+        cases["keras-hub Gemma block"] = gemma_blocks.keras_block
+        cases["keras-hub Llama block"] = gemma_blocks.keras_llama_block
+    except ImportError:
+        print("(keras_hub not importable: run under /work/.venv-keras, KERAS_BACKEND=jax, "
+              "for the keras-hub block)")
+    rows = []
+    for name, make in cases.items():
+        f, args = make()
+        w = np.cos(np.arange(args[1].size, dtype=np.float32)).reshape(args[1].shape)
+
+        def loss(*a, f=f):
+            return jnp.sum(f(*a[:-1]) * a[-1])
+
+        def both():
+            fwd = rlxjax.coreml_jit(f, target="iOS18").lower(*args).compile()
+            grad = rlxjax.coreml_grad(loss, argnums=(0, 1), target="iOS18")
+            return (fwd.cost_analysis()["mil_ops"], mil_ops(grad, *args, w),
+                    fwd.graph.op_histogram().get("attention", 0))
+
+        fused = both()
+        with _without("recognize_activations", "recognize_attention"):
+            plain = both()
+        rows.append((name, fused[0], plain[0], fused[1], plain[1], fused[2]))
+    return rows
+
+
 def _print_fused(rows):
-    print(f"{'fused op':<16} {'fwd':>5} {'decomp':>7} {'ratio':>6} {'grad':>6} {'decomp':>7} "
+    print(f"{'fused op':<22} {'fwd':>5} {'decomp':>7} {'ratio':>6} {'grad':>6} {'decomp':>7} "
           f"{'ratio':>6}")
     for name, f1, f0, g1, g0 in rows:
-        print(f"{name:<16} {f1:>5} {f0:>7} {f1 / f0:>6.2f} {g1:>6} {g0:>7} {g1 / g0:>6.2f}")
+        print(f"{name:<22} {f1:>5} {f0:>7} {f1 / f0:>6.2f} {g1:>6} {g0:>7} {g1 / g0:>6.2f}")
+
+
+def _print_gemma():
+    print("non-const MIL ops of Gemma / Llama blocks on iOS18, fused vs both passes off "
+          "(att: fused attention ops)")
+    rows = gemma_ops()
+    _print_fused([r[:5] for r in rows])
+    for r in rows:
+        print(f"  {r[0]}: {r[5]} fused attention")
 
 
 def main():
+    if "--gemma" in sys.argv:
+        _print_gemma()
+        return
     if "--blocks" in sys.argv:
         print("non-const MIL ops of attention blocks on iOS18, fused vs both passes off")
         _print_fused(block_ops())
@@ -188,6 +243,8 @@ def main():
     _print_fused(activation_ops())
     print("\nnon-const MIL ops of attention blocks on iOS18, fused vs both passes off")
     _print_fused(block_ops())
+    print()
+    _print_gemma()
 
 
 if __name__ == "__main__":

@@ -14,11 +14,12 @@ from .grad_api import coreml_grad, coreml_value_and_grad  # noqa: E402
 from .training import TrainState, TrainStep, coreml_train_step, export_inference  # noqa: E402
 from .training import DynamicLossScale, MixedState  # noqa: E402
 from .load import load  # noqa: E402
+from .stateful import StateValues, save_functions  # noqa: E402
 from . import lora  # noqa: E402,F401
 
 __all__ = [
     "coreml_jit", "coreml_grad", "coreml_value_and_grad", "coreml_train_step",
-    "export_inference", "load", "TrainState", "DynamicLossScale", "MixedState",
+    "export_inference", "load", "save_functions", "StateValues", "TrainState", "DynamicLossScale", "MixedState",
     "TrainStep", "Compiled", "CoreMLFunction", "Lowered",
     "RlxError", "ArgumentError", "BackendUnavailableError", "DynamicShapeError", "PackageError",
     "TargetError",

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-from . import calling, flexible, formats
+from . import calling, flexible, formats, stateful
 from .errors import ArgumentError, ZeroSizeError
 from .frontend import Traced, arg_names, trace
 from .frontend.zerosize import interleave
@@ -43,8 +43,11 @@ def _without_gc(fn):
 class Compiled:
     """An ML Program ready to run and to save."""
 
-    def __init__(self, traced: Traced, executable, backend: str, fmt):
+    def __init__(self, traced: Traced, executable, backend: str, fmt, state_layout=None,
+                 target=None):
         self._traced = traced
+        self.state_layout = state_layout  # coreml_jit(fn, state=...): stateful.StateLayout
+        self.target = target
         self.executable = executable  # the format's (formats/base.py)
         self.format = fmt
         self.input_specs: Tuple[IOSpec, ...] = executable.input_specs
@@ -122,10 +125,13 @@ class Compiled:
             raise ArgumentError(
                 f"this program has states {list(self.state_names)}: pass "
                 "state=compiled.make_state()" if self.state_names else
-                "this program has no Core ML states: call it without state=")
+                "this program has no states: call it without state=")
+        state = stateful.unwrap(state)
         if backend is None:  # every output is zero-size: nothing to run
             res = {}
         else:
+            if state is not None:  # a state made by another program declaring the same
+                stateful.share(state, backend)
             res = backend.run(feeds) if state is None else backend.run(feeds, state=state)
         outs = interleave(self._traced.n_device_out, self._traced.empty_out,
                           [s.from_feature(res[s.mil_name]) for s in self.output_specs])
@@ -145,13 +151,25 @@ class Compiled:
         """Names of the program's states (empty for a stateless program)."""
         return self.executable.state_names
 
-    def make_state(self):
+    def make_state(self, value=None):
         """Fresh state buffers for this program (``MLModel.make_state()`` on Core ML; a
         zero-filled ``ReferenceState`` on the reference backend), with ``read_state(name)``
-        and ``write_state(name, fp16 array)``."""
+        and ``write_state(name, fp16 array)``. A stateful function's (``coreml_jit(fn,
+        state=...)``) is a ``StateValues`` holding ``value`` (the state argument; default
+        all zeros), read back exactly with ``read()``."""
         if not self.state_names:
-            raise ArgumentError("this program has no Core ML states")
-        return self._get_backend().make_state()
+            raise ArgumentError("this program has no states")
+        handle = self._get_backend().make_state()
+        if self.state_layout is None:
+            if value is not None:
+                raise ArgumentError("make_state(value) is for a stateful function "
+                                    "(coreml_jit(fn, state=...))")
+            return handle
+        st = stateful.StateValues(handle, self.state_layout,
+                                  self.executable.state_graph_names)
+        if value is not None:
+            st.write(value)
+        return st
 
     # -- inspecting ----------------------------------------------------------------
     @property
@@ -214,8 +232,9 @@ class Lowered:
     """A traced function as an RLX graph, not yet lowered to Core ML."""
 
     def __init__(self, traced: Traced, target, precision: str, backend: str,
-                 states=None, enumerated=None, fmt=None):
+                 states=None, enumerated=None, fmt=None, state_layout=None):
         self._traced = traced
+        self.state_layout = state_layout
         self.format = formats.get() if fmt is None else fmt
         self.target = self.format.target(target)
         self.precision = precision
@@ -241,7 +260,10 @@ class Lowered:
         program = Program(self._traced, self.target, self.precision, states=self.states,
                           enumerated=self.enumerated)
         executable = self.format.compile(program, keep_weight_layout=keep_weight_layout)
-        return Compiled(self._traced, executable, self.backend, self.format)
+        if self.state_layout is not None:
+            stateful.write_metadata(executable, self.state_layout)
+        return Compiled(self._traced, executable, self.backend, self.format,
+                        self.state_layout, self.target)
 
 
 class CoreMLFunction:
@@ -249,8 +271,10 @@ class CoreMLFunction:
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int], target,
                  precision: str, backend, random: Optional[str] = None, flexible=None,
-                 format: str = formats.DEFAULT):
+                 format: str = formats.DEFAULT, state=None, state_precision: str = "exact"):
         self.fun = fun
+        self.state = state  # the argument that lives in device state (stateful.py)
+        self.state_precision = state_precision
         self.format_name = format
         self.flexible = flexible  # {argument name or position: {axis: (lower, upper)}}
         self.static_argnums = tuple(sorted({int(i) for i in (
@@ -261,7 +285,14 @@ class CoreMLFunction:
         self.precision = precision
         self.backend = resolve_backend(backend, format)
         check_random_mode(random)
+        if random == "device" and not formats.REGISTRY[format].random_ops:
+            raise ArgumentError(f"random='device' draws with the format's own random ops, and "
+                                f"format={format!r} has none (Core AI has no random ops): use "
+                                "random='inputs' (the draws are made by JAX on the host and fed "
+                                "to the program, exactly JAX's numbers)")
         self.random = random
+        if state is not None:
+            stateful.check_precision(state_precision)
         self._cache: Dict[Any, Compiled] = {}
         self.__wrapped__ = fun
         self.__name__ = getattr(fun, "__name__", "coreml_fn")
@@ -305,24 +336,54 @@ class CoreMLFunction:
         if self.flexible:  # named axes -> symbolic dims (rlxjax/flexible.py)
             specs, enumerated = self._flexible_structs(specs, len(args))
         traced = trace(positional, specs, self._names(len(args)), random=self.random)
-        pipeline.run_passes(traced.graph, pipeline.BEFORE_AD)  # transforms/pipeline.py
+        pipeline.run_passes(traced.graph, pipeline.BEFORE_AD,  # transforms/pipeline.py
+                            attention_bool_masks=self.format.attention_bool_masks)
         traced = self._transform(traced, args)
         pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
         return Lowered(traced, self.target, self.precision, self.backend,
-                       states=self._states(args), enumerated=enumerated, fmt=self.format)
+                       states=self._states(args), enumerated=enumerated, fmt=self.format,
+                       state_layout=self._state_layout(args))
 
     def _flexible_structs(self, dyn, n_args):
         names = flexible.by_name(self.flexible, arg_names(self.fun, n_args))
         return flexible.symbolic_structs(dyn, self._names(n_args), names)
 
     def _transform(self, traced: Traced, args) -> Traced:
-        """Hook for wrappers that rewrite the traced graph (coreml_grad)."""
-        return traced
+        """Hook for wrappers that rewrite the traced graph (coreml_grad). Here: the state
+        argument's leaves become states (``state=``, stateful.py)."""
+        layout = self._state_layout(args)
+        if layout is None:
+            return traced
+        dyn_index = layout.position - sum(i < layout.position for i in self.static_argnums)
+        return stateful.to_states(traced, layout, dyn_index)
 
     def _states(self, args):
         """Hook for wrappers whose transform makes Core ML states (a train step with
         state="mlstate"): graph input name -> the graph output written back into it."""
-        return None
+        layout = self._state_layout(args)
+        return None if layout is None else layout.bindings()
+
+    def _state_layout(self, args):
+        """``state=``: where the state argument's leaves live (stateful.StateLayout)."""
+        if self.state is None:
+            return None
+        names = arg_names(self.fun, len(args))
+        pos = stateful.state_position(self.fun, self.state, len(args), names)
+        if pos in self.static_argnums:
+            raise ArgumentError(f"state={self.state!r} is a static argument")
+        return stateful.StateLayout.of(names[pos], pos, args[pos],
+                                       stateful.codec_name(self.format_name,
+                                                           self.state_precision))
+
+    def make_state(self, *args):
+        """``state=``: compile for ``args`` (the state argument included) and return a
+        device state holding the state argument's value (``Compiled.make_state``)."""
+        if self.state is None:
+            raise ArgumentError("make_state is for a stateful function: coreml_jit(fn, "
+                                "state='cache')")
+        layout = self._state_layout(args)
+        compiled = self._compiled(args)
+        return compiled.make_state(args[layout.position])
 
     def _key(self, args):
         static, dyn = self._split(args)
@@ -332,23 +393,42 @@ class CoreMLFunction:
                 lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
                 jax.ShapeDtypeStruct(*_struct(x)), list(dyn)), len(args))[0])
         else:
-            sig = tuple(calling.leaf_sig(x) for x in leaves)
+            sig = tuple((tuple(x.shape), x.dtype) if isinstance(x, jax.ShapeDtypeStruct)
+                        else calling.leaf_sig(x) for x in leaves)
         try:
             hash(tuple(static.items()))
         except TypeError:
             raise ArgumentError("static arguments must be hashable") from None
         return (tuple(static.items()), treedef, sig)
 
-    def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise ArgumentError("coreml_jit functions take positional arguments only; got "
-                                f"keyword(s) {sorted(kwargs)}")
+    def _compiled(self, args) -> Compiled:
         key = self._key(args)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self._cache[key] = self.lower(*args).compile()
-        _, dyn = self._split(args)
-        return compiled(*dyn)
+        return compiled
+
+    def __call__(self, *args, state=None, **kwargs):
+        if kwargs:
+            raise ArgumentError("coreml_jit functions take positional arguments only; got "
+                                f"keyword(s) {sorted(kwargs)}")
+        if self.state is None and state is not None:
+            raise ArgumentError("state= is for a stateful function: coreml_jit(fn, "
+                                "state='cache')")
+        if self.state is None:
+            _, dyn = self._split(args)
+            return self._compiled(args)(*dyn)
+        if not isinstance(state, stateful.StateValues):
+            raise ArgumentError(
+                f"a function with state={self.state!r} is called without its state "
+                f"argument and with state=st, st = f.make_state(*args) (or "
+                "compiled.make_state(value))")
+        pos = state.layout.position
+        full = args[:pos] + (state.layout.structs(),) + args[pos:]
+        compiled = self._compiled(full)
+        _, dyn = self._split(full)
+        dpos = pos - sum(i < pos for i in self.static_argnums)
+        return compiled(*(dyn[:dpos] + dyn[dpos + 1:]), state=state)
 
 
 def _struct(x):
@@ -361,7 +441,7 @@ def _struct(x):
 def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str | None = None,
                precision: str = "fp32", backend: str | None = None,
                random: str | None = None, flexible: dict | None = None,
-               format: str = formats.DEFAULT):
+               format: str = formats.DEFAULT, state=None, state_precision: str = "exact"):
     """Compile ``fun`` into a Core ML ML Program, like ``jax.jit``.
 
     Returns a callable that compiles once per input signature and runs on ``backend``
@@ -386,12 +466,23 @@ def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str | 
     ``format``: ``"mlpackage"`` (Core ML, the default; ``target`` default iOS17) or
     ``"aimodel"`` (Core AI, first slice: docs/coreai.md; target iOS27, backend "coreai",
     Apple's runtime; needs ``rlxjax[coreai]``).
+
+    ``state``: the argument (name or position) whose leaves live in device state - a KV
+    cache, a decode index (rlxjax/stateful.py, docs/stateful.md). ``fun`` returns ``(out,
+    new_state)``; the program takes the other arguments and returns ``out``, updating the
+    state in place: ``st = f.make_state(*args)``, then ``f(*other_args, state=st)``,
+    ``st.read()``. Core ML (target iOS18) stores fp32 leaves exactly in three fp16 states
+    each (``state_precision="exact"``) or rounded to one (``"fp16"``).
     """
     if fun is None:
         return lambda f: coreml_jit(f, static_argnums=static_argnums, target=target,
                                     precision=precision, backend=backend, random=random,
-                                    flexible=flexible, format=format)
+                                    flexible=flexible, format=format, state=state,
+                                    state_precision=state_precision)
     if not callable(fun):
         raise ArgumentError(f"coreml_jit expects a callable, got {type(fun).__name__}")
+    if state is not None and format == formats.DEFAULT:  # Core ML states: iOS18
+        target = formats.resolve_target("iOS18" if target is None else target)
+        target.require("iOS18", f"state={state!r} (Core ML states)")
     return CoreMLFunction(fun, static_argnums, target, precision, backend, random, flexible,
-                          format=format)
+                          format=format, state=state, state_precision=state_precision)

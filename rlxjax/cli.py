@@ -18,6 +18,8 @@ def main(argv=None) -> int:
     demo.add_argument("--backend", default=None, choices=["reference", "coreml"],
                       help="default: coreml on macOS, reference elsewhere")
     demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.add_argument("--no-coreai", action="store_true",
+                      help="skip the Core AI run (done when rlxjax[coreai] is installed)")
     insp = sub.add_parser("inspect", help="describe a saved .mlpackage: inputs, outputs, "
                           "training roles, target, MIL op histogram")
     insp.add_argument("path", help="a .mlpackage folder")
@@ -32,7 +34,7 @@ def main(argv=None) -> int:
         if steps < 1:
             parser.error("--steps must be at least 1")
         report = run(args.out, steps=steps, target=args.target, backend=args.backend,
-                     progress=not args.no_progress)
+                     progress=not args.no_progress, coreai=not args.no_coreai)
         if not report["ok"]:
             print(f"rlxjax demo: rlxjax's final loss {report['loss_rlxjax']:.6g} differs "
                   f"from JAX's {report['loss_jax']:.6g} by {report['rel_diff']:.2e} relative",

@@ -13,7 +13,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from . import calling, metadata
+from . import calling, metadata, stateful
 from .errors import ArgumentError
 
 
@@ -44,11 +44,13 @@ class LoadedFunction:
 
     path: str
     state_names: Tuple[str, ...] = ()
+    _meta: dict = {}
     _feature_dtypes: Dict[str, np.dtype] = {}
 
     def _describe(self, meta, input_names, output_names) -> None:
         """Read the signature from the package metadata ``meta`` (the format's own feature
         names ``input_names`` / ``output_names`` when rlxjax did not write it)."""
+        self._meta = meta
         self.input_specs, self.output_specs = metadata.read_io(meta)
         self.input_names, self.output_names = tuple(input_names), tuple(output_names)
         self._empty_in, self._empty_out = {}, {}
@@ -124,14 +126,30 @@ class LoadedFunction:
     def make_state(self):
         if not self.state_names:
             raise ArgumentError(f"{self.path} has no states")
-        return self._make_state()
+        return self._wrap_state(self._make_state())
+
+    def _cache_states(self):
+        """The states of the package's stateful functions (``rlxjax.stateful``: a KV cache,
+        zero when a training step's export_state folder does not hold them)."""
+        names = set()
+        for fn in self.functions:
+            meta = self.function(fn)._meta if fn != self.function_name else self._meta
+            row = metadata.read(meta, metadata.STATEFUL, None)
+            names.update(r["name"] for r in (row or {}).get("states", []))
+        return names
+
+    def _wrap_state(self, handle):
+        """A stateful function's state (``rlxjax.stateful``): ``read()`` / ``write(values)``
+        by leaf name (rlxjax/stateful.py); else the format's handle."""
+        return stateful.wrap_loaded(handle, self._meta)
 
     def __call__(self, *args, state=None, **kwargs) -> Dict[str, np.ndarray]:
         if bool(self.state_names) != (state is not None):
             raise ArgumentError(
-                f"the package has Core ML states {list(self.state_names)}: pass "
+                f"the package has states {list(self.state_names)}: pass "
                 "state=model.make_state()" if self.state_names else
-                "the package has no Core ML states: call it without state=")
+                "the package has no states: call it without state=")
+        state = stateful.unwrap(state)
         if state is not None:
             self._share(state)
         feeds = self._feeds(args, kwargs)

@@ -38,13 +38,19 @@ NAN_SIGN = "rlxjax.nan_sign"
 TRAIN = "rlxjax.train"
 #: the predict function of a train + predict package (training/multifunction.py)
 PREDICT = "rlxjax.predict"
+#: a stateful function (coreml_jit(fn, state=...), rlxjax/stateful.py): its state
+#: argument, the encoding, each state and where each leaf lives in the packed vectors
+STATEFUL = "rlxjax.stateful"
 #: a multifunction package: {"default": name, "functions": {name: {key: value}}}, the
 #: per-function keys of each function
 FUNCTIONS = "rlxjax.functions"
+#: [{name, mil_name, shape, dtype}]: the function's states, for a format whose package does
+#: not describe them where rlxjax can read it without the runtime (Core AI)
+STATES = "rlxjax.states"
 #: the "format" entry of a parameters file (training/params_io.py, safetensors metadata)
 PARAMS_FORMAT = "rlxjax.params.v1"
 
-KEYS = (VERSION, IO, EMPTY, RANDOM, NAN_SIGN, TRAIN, PREDICT, FUNCTIONS)
+KEYS = (VERSION, IO, EMPTY, RANDOM, NAN_SIGN, TRAIN, PREDICT, STATEFUL, FUNCTIONS, STATES)
 
 
 def per_function(key: str) -> bool:
@@ -74,6 +80,49 @@ def write_program(meta: MutableMapping[str, str], in_specs, out_specs) -> None:
     meta[VERSION] = __version__
     write(meta, IO, {"inputs": [io_row(s) for s in in_specs],
                      "outputs": [io_row(s) for s in out_specs]})
+
+
+def merge_functions(parts, default: str) -> Dict[str, str]:
+    """One package's metadata for the functions ``parts`` ((name, metadata map) each): the
+    first part's package keys, and each function's own keys under ``FUNCTIONS``."""
+    meta = {k: v for k, v in parts[0][1].items() if not per_function(k)}
+    rows = [{"name": name, "metadata": {k: _json_or_text(v) for k, v in m.items()
+                                        if per_function(k)}} for name, m in parts]
+    meta[FUNCTIONS] = json.dumps({"default": default, "functions": rows})
+    return meta
+
+
+def function_names(meta) -> Tuple[Optional[str], Tuple[str, ...]]:
+    """(default function, every function) of a multifunction package's metadata; (None,
+    ()) for a single-function one."""
+    raw = read(meta, FUNCTIONS)
+    if raw is None:
+        return None, ()
+    try:
+        names = tuple(str(r["name"]) for r in raw["functions"])
+        return str(raw["default"]), names
+    except (KeyError, TypeError) as e:
+        raise PackageError(f"the package's {FUNCTIONS} metadata is malformed "
+                           f"({type(e).__name__}: {e})") from None
+
+
+def function_metadata(meta, name: str) -> Dict[str, str]:
+    """The metadata of function ``name`` as a single-function package has it."""
+    out = {k: v for k, v in meta.items() if k != FUNCTIONS}
+    raw = read(meta, FUNCTIONS)
+    if raw is not None:
+        for r in raw["functions"]:
+            if r["name"] == name:
+                out.update({k: v if isinstance(v, str) else json.dumps(v)
+                            for k, v in r["metadata"].items()})
+    return out
+
+
+def _json_or_text(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def random_rows(host, in_specs) -> list:

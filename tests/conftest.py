@@ -36,13 +36,22 @@ def pytest_configure(config):
     if TEST_BACKEND == "coreml" and not is_macos():
         raise pytest.UsageError("RLXJAX_TEST_BACKEND=coreml runs the tests on Core ML's "
                                 "runtime, which exists only on macOS")
+    if TEST_BACKEND == "coreai":
+        from rlxjax.coreai import ca_private
+        from rlxjax.errors import BackendUnavailableError
+
+        try:
+            ca_private.coreai()
+        except BackendUnavailableError as e:
+            raise pytest.UsageError(f"RLXJAX_TEST_BACKEND=coreai: {e}") from None
 
 
 def pytest_report_header(config):
     from helpers import TEST_BACKEND
 
     return (f"rlxjax test backend: {TEST_BACKEND} (RLXJAX_TEST_BACKEND=reference-fast: the "
-            "reference interpreter's accelerated path; =coreml on macOS: Core ML)")
+            "reference interpreter's accelerated path; =coreml on macOS: Core ML; =coreai: "
+            "check_against_jax on Core AI's runtime, format='aimodel')")
 
 
 @pytest.hookimpl(hookwrapper=True)

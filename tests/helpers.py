@@ -4,7 +4,11 @@ test backend, and compare with jax.jit of the same function.
 The test backend is the reference backend (the numpy MIL interpreter's general path, the
 oracle) unless ``RLXJAX_TEST_BACKEND`` says otherwise: ``coreml`` (macOS only) runs programs
 on Core ML's own runtime, ``reference-fast`` on the interpreter's accelerated path, including
-those the tests request with ``backend="reference"`` (see conftest.py)."""
+those the tests request with ``backend="reference"`` (see conftest.py); ``coreai`` compiles
+the programs ``check_against_jax`` checks with ``format="aimodel"`` and runs them on Apple's
+Core AI runtime (each in its worker process, rlxjax/coreai/worker.py): a program Core AI
+cannot take yet (an rlxjax error saying so) is a skip with the reason, a runtime death or
+hang a failure naming the program."""
 from __future__ import annotations
 
 import os
@@ -15,7 +19,7 @@ import numpy as np
 import rlxjax
 
 FP32_TOL = dict(rtol=1e-5, atol=1e-6)
-TEST_BACKENDS = ("reference", "reference-fast", "coreml")
+TEST_BACKENDS = ("reference", "reference-fast", "coreml", "coreai")
 TEST_BACKEND = os.environ.get("RLXJAX_TEST_BACKEND", "").strip() or "reference"
 
 
@@ -38,6 +42,8 @@ def check_against_jax(fun, *args, rtol=1e-5, atol=1e-6, target="iOS17", precisio
                       static_argnums=(), validate=True):
     """Compile ``fun`` for ``args``, validate it, run it on the test backend and compare
     with ``jax.jit(fun)``. Returns the Compiled object."""
+    if TEST_BACKEND == "coreai":
+        return _check_on_core_ai(fun, args, rtol, atol, precision, static_argnums, validate)
     cf = rlxjax.coreml_jit(fun, target=target, precision=precision,
                            static_argnums=static_argnums, backend=TEST_BACKEND)
     compiled = cf.lower(*args).compile()
@@ -45,6 +51,40 @@ def check_against_jax(fun, *args, rtol=1e-5, atol=1e-6, target="iOS17", precisio
         compiled.validate()
     dyn = [a for i, a in enumerate(args) if i not in compiled_static(static_argnums)]
     got = compiled(*dyn)
+    want = jax.jit(fun, static_argnums=static_argnums)(*args)
+    assert_tree_close(got, want, rtol=rtol, atol=atol)
+    return compiled
+
+
+def not_for_core_ai_yet(e: BaseException) -> bool:
+    """Whether ``e`` is rlxjax saying Core AI cannot take a program yet (a skip under
+    RLXJAX_TEST_BACKEND=coreai), not a failure."""
+    from rlxjax.coreai.worker import CoreAIRuntimeError
+    from rlxjax.errors import RlxError, UnsupportedPrimitiveError
+
+    if isinstance(e, CoreAIRuntimeError):  # a death or a hang: a failure
+        return False
+    text = str(e)
+    return isinstance(e, UnsupportedPrimitiveError) or (
+        isinstance(e, RlxError) and ("Core AI" in text or "aimodel" in text)
+        and ("not" in text or "only" in text))
+
+
+def _check_on_core_ai(fun, args, rtol, atol, precision, static_argnums, validate):
+    import pytest
+
+    try:
+        cf = rlxjax.coreml_jit(fun, format="aimodel", precision=precision,
+                               static_argnums=static_argnums, backend="coreai")
+        compiled = cf.lower(*args).compile()
+        if validate:
+            compiled.validate()
+    except Exception as e:  # noqa: BLE001 - classified: "not yet" is a skip
+        if not_for_core_ai_yet(e):
+            pytest.skip(f"not for Core AI yet: {type(e).__name__}: {str(e).splitlines()[0]}")
+        raise
+    dyn = [a for i, a in enumerate(args) if i not in compiled_static(static_argnums)]
+    got = compiled(*dyn)  # a runtime death / hang raises CoreAIRuntimeError naming it
     want = jax.jit(fun, static_argnums=static_argnums)(*args)
     assert_tree_close(got, want, rtol=rtol, atol=atol)
     return compiled

@@ -148,3 +148,78 @@ def workloads():
 
     out["batchnorm_train"] = (bn_loss, vb["params"], (vb["batch_stats"], xb, yb))
     return out
+
+
+# -- a causal LM with a KV cache, as flax writes a decoder (tests/models/test_kv_cache.py,
+# bench/kv_cache.py): nn.MultiHeadDotProductAttention(decode=True) keeps cached_key /
+# cached_value / cache_index in the "cache" collection, the position embedding its own
+# index (flax's lm1b AddPositionEmbs with decode)
+KV_LM_VOCAB, KV_LM_MAX_LEN = 32, 24
+
+
+class KVPosEmb(nn.Module):
+    decode: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        pe = self.param("pos", nn.initializers.normal(0.02), (KV_LM_MAX_LEN, x.shape[-1]))
+        if not self.decode:
+            return x + pe[None, :x.shape[1]]
+        is_init = self.has_variable("cache", "index")
+        idx = self.variable("cache", "index", lambda: jnp.array(0, jnp.int32))
+        if not is_init:
+            return x + pe[None, :x.shape[1]]
+        i = idx.value
+        idx.value = i + x.shape[1]
+        return x + jax.lax.dynamic_slice_in_dim(pe, i, x.shape[1])[None]
+
+
+class KVBlock(nn.Module):
+    heads: int = 2
+    decode: bool = False
+
+    @nn.compact
+    def __call__(self, x):
+        mask = None if self.decode else nn.make_causal_mask(jnp.ones(x.shape[:2]))
+        h = nn.LayerNorm()(x)
+        x = x + nn.MultiHeadDotProductAttention(num_heads=self.heads, decode=self.decode)(
+            h, mask=mask)
+        h = nn.LayerNorm()(x)
+        return x + nn.Dense(x.shape[-1])(nn.gelu(nn.Dense(4 * x.shape[-1])(h)))
+
+
+class KVLM(nn.Module):
+    """Token + position embeddings, ``layers`` pre-norm blocks, a LayerNorm and the head."""
+    width: int = 32
+    layers: int = 2
+    decode: bool = False
+
+    @nn.compact
+    def __call__(self, tokens):
+        x = KVPosEmb(self.decode)(nn.Embed(KV_LM_VOCAB, self.width)(tokens))
+        for _ in range(self.layers):
+            x = KVBlock(decode=self.decode)(x)
+        return nn.Dense(KV_LM_VOCAB)(nn.LayerNorm()(x))
+
+
+def kv_lm_init(model, decoder):
+    """(params, the empty cache) of ``model`` / its ``decode=True`` twin."""
+    tokens = jnp.zeros((1, KV_LM_MAX_LEN), jnp.int32)
+    return (model.init(jax.random.key(0), tokens)["params"],
+            decoder.init(jax.random.key(0), tokens)["cache"])
+
+
+def kv_lm_decode(decoder, params, cache, tok):
+    """One token [1, 1] -> (its logits [1, V], the new cache)."""
+    logits, v = decoder.apply({"params": params, "cache": cache}, tok, mutable=["cache"])
+    return logits[:, -1], v["cache"]
+
+
+def kv_lm_prefill(decoder, params, cache, prompt):
+    """The prompt [1, n] through the one-token step (a scan) -> (last logits, cache)."""
+    def body(c, t):
+        logits, c = kv_lm_decode(decoder, params, c, t.reshape(1, 1))
+        return c, logits
+
+    cache, logits = jax.lax.scan(body, cache, prompt[0])
+    return logits[-1], cache

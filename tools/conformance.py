@@ -4,6 +4,7 @@
     python tools/conformance.py --group sort      # one group (repeatable)
     python tools/conformance.py --sample 3        # the deterministic sample the tests run
     python tools/conformance.py --write           # also write the table in docs/primitives.md
+    python tools/conformance.py --format aimodel  # the same harnesses on Apple's Core AI runtime
 
 JAX ships a table of primitive test cases in its wheel,
 ``jax._src.internal_test_util.test_harnesses.all_harnesses``. For every harness whose
@@ -49,6 +50,10 @@ sys.path.insert(0, ROOT)
 
 CORE_ML_DTYPES = ("float32", "float16", "int32", "int8", "uint8", "bool")
 TIMEOUT_S = 120
+#: the format the harnesses compile to ("mlpackage": run on the reference backend;
+#: "aimodel": on Core AI's runtime, each program in its worker process, whose death or
+#: hang is a crash); set by ``--format``, inherited by the worker processes
+FORMAT = os.environ.get("RLXJAX_CONFORMANCE_FORMAT", "mlpackage")
 
 # Tolerances by dtype (rtol, atol). The reference backend computes in numpy float32 and
 # XLA:CPU with its own polynomial approximations: transcendental functions differ by a few
@@ -218,6 +223,13 @@ def _error_outcome(e: BaseException):
     return "crash", f"{type(e).__name__}: {str(e).splitlines()[0][:240] if str(e) else ''} [{where}]"
 
 
+def _jit_options(backend):
+    """coreml_jit / coreml_grad options of the format under test."""
+    if FORMAT == "aimodel":
+        return {"format": "aimodel", "backend": "coreai"}
+    return {"backend": backend}
+
+
 def run_forward(h, backend="reference"):
     import jax
     import rlxjax
@@ -235,14 +247,15 @@ def run_forward(h, backend="reference"):
     random = None
     try:
         try:
-            compiled = rlxjax.coreml_jit(h.dyn_fun, backend=backend).lower(*args).compile()
+            compiled = rlxjax.coreml_jit(h.dyn_fun, **_jit_options(backend)
+                                         ).lower(*args).compile()
         except rlxjax.UnsupportedPrimitiveError as e:
             if "random='inputs'" not in str(e):
                 raise
             # a live random draw: the option the error names (the draws are JAX's own)
             random = "inputs"
-            compiled = rlxjax.coreml_jit(h.dyn_fun, backend=backend,
-                                         random=random).lower(*args).compile()
+            compiled = rlxjax.coreml_jit(h.dyn_fun, random=random, **_jit_options(backend)
+                                         ).lower(*args).compile()
         compiled.validate()
         got = compiled(*args)
     except Exception as e:  # noqa: BLE001 - classified
@@ -324,7 +337,7 @@ def run_grad(h, backend="reference"):
     except Exception as e:  # noqa: BLE001
         return "n/a", f"JAX rejects it: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     try:
-        got = rlxjax.coreml_grad(loss, argnums=argnums, backend=backend)(*args)
+        got = rlxjax.coreml_grad(loss, argnums=argnums, **_jit_options(backend))(*args)
     except Exception as e:  # noqa: BLE001 - classified
         return _error_outcome(e)
     status, detail = _judge(got, want, *GRAD_TOL,
@@ -564,6 +577,7 @@ def summarize(results):
 
 
 def main(argv=None):
+    global FORMAT
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--group", action="append", help="only these harness groups")
     ap.add_argument("--name", help="only harnesses whose name contains this")
@@ -575,8 +589,12 @@ def main(argv=None):
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--show", default="wrong,crash",
                     help="statuses to list one by one (comma-separated)")
+    ap.add_argument("--format", choices=("mlpackage", "aimodel"), default=FORMAT,
+                    help="compile to Core ML (run on the reference backend) or Core AI "
+                         "(run on its runtime)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    FORMAT = os.environ["RLXJAX_CONFORMANCE_FORMAT"] = a.format
     if a.worker:
         _worker()
         return 0
@@ -601,8 +619,9 @@ def main(argv=None):
         payload = {"jax": jax.__version__, "summary": summary, "results": results}
         write_bytes(a.json, (json.dumps(payload, indent=0, sort_keys=True) + "\n").encode())
     if a.write:
-        if a.sample or a.group or a.name or a.kind != "both":
-            ap.error("--write needs the full run (no --sample/--group/--name/--kind)")
+        if a.sample or a.group or a.name or a.kind != "both" or a.format != "mlpackage":
+            ap.error("--write needs the full Core ML run (no --sample/--group/--name/--kind/"
+                     "--format)")
         write_doc(results, summary, jax.__version__)
     return 0
 

@@ -6,9 +6,9 @@
 
 The section is what README.md holds between ``<!-- layout:start -->`` and
 ``<!-- layout:end -->``: rlxjax/'s modules and its packages (one line each, not their
-files), every script of bench/ and tools/, the docs and notebooks by name, and tests/'s
-folders. A module's, package's (its ``__init__.py``) or script's summary is the first line
-of its docstring; a tests/ folder's is the first line of its README.md. Nothing is
+files), every script of bench/ and tools/, the docs and notebooks by name, examples/'s and
+tests/'s folders. A module's, package's (its ``__init__.py``) or script's summary is the first line
+of its docstring; an examples/ or tests/ folder's is the first line of its README.md. Nothing is
 imported, so this runs in a fraction of a second; a module with no docstring (or a tests/
 folder with no README.md) is an error naming it, to be fixed by writing one.
 tests/repo/test_layout.py runs ``--check``.
@@ -95,6 +95,11 @@ def entries(root: str = ROOT):
             src = " (sources in notebooks/src/)" if os.path.isdir(
                 os.path.join(root, "notebooks", "src")) else ""
             rows.append((0, "notebooks/", ", ".join(nbs) + src))
+            examples = os.path.join(root, "examples")
+            if os.path.isdir(examples):   # each example folder, by its README.md
+                add(0, "examples/", None)
+                for d in _subdirs(examples):
+                    add(1, d + "/", _readme_summary, os.path.join(examples, d))
     tests = os.path.join(root, "tests")
     add(0, "tests/", None)
     for d in _subdirs(tests):

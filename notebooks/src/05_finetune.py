@@ -321,3 +321,39 @@ print(len(saved), "tensors; the adapters:")
 for k, v in sorted(saved.items()):
     if k.startswith("lora/"):
         print(f"  {k:22s} {v.shape}")
+
+# %% [markdown]
+# ## The same fine-tune on Apple's Core AI runtime
+#
+# `format="aimodel"` compiles the same step to a Core AI program (iOS / macOS 27) and runs it
+# on Apple's Core AI runtime, which `coreai-core` ships for Linux too (`pip install
+# "rlxjax[coreai]"`; docs/coreai.md). Core AI's states are fp32: the adapters and the adam
+# state live in them as they are (no fp16 codec), and the int8 base is dequantised by Core AI's
+# `blockwise_shift_scale`, to the same values. The losses are the JAX + optax ones above, and
+# one `.aimodel` holds `train_step` and `predict` over one set of states.
+
+# %%
+import importlib.util
+
+if importlib.util.find_spec("coreai") is None:
+    print('Core AI section skipped: pip install "rlxjax[coreai]" to run it')
+else:
+    ai_step = rlxjax.coreml_train_step(lora_loss, ft_opt, trainable={"base": False, "lora": True},
+                                       compress="int8", state="mlstate", format="aimodel")
+    ai_state = ai_step.init(full, shifted[0])
+    ai_state, ai_loss = ai_step.fit(ai_state, shifted, steps=STEPS, progress=False)
+    ai_rel = np.max(np.abs(np.array(ai_loss) - jax_ft_loss) / np.array(jax_ft_loss))
+    print(f"Core AI runtime: loss {ai_loss[0]:.3f} -> {ai_loss[-1]:.4f}; largest relative "
+          f"difference from JAX + optax {ai_rel:.1e}")
+    np.testing.assert_allclose(ai_loss, jax_ft_loss, rtol=1e-4)
+    ops = ai_step.last_compiled.executable.operations()
+    print("Core AI ops of the step:", sum(o.type != "constant" for o in ops),
+          " int8 weights:", sum(o.type == "blockwise_shift_scale" for o in ops))
+    ai_path = ai_step.save("out/lm_lora.aimodel", predict=(predict, x_query))
+    ai_folder = ai_step.export_state(ai_state, "out/lm_lora.aimodel.state")
+    app = rlxjax.load(ai_path)
+    print(app.functions, "states:", app.state_names)
+    ai_pred = app.run("predict", x_query, state=app.make_state(ai_folder))["out"]
+    print("predicted on Core AI:", text(ai_pred[0]))
+    want_pred = np.asarray(predict(ai_step.params(ai_state), x_query))
+    assert np.array_equal(ai_pred, want_pred), (ai_pred, want_pred)

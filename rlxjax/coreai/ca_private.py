@@ -10,7 +10,7 @@ the process on some bad programs).
 from __future__ import annotations
 
 import importlib.metadata
-import keyword
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -54,34 +54,59 @@ def dtype(name: str):
             "bool": ca.bool_}[name]
 
 
-def build(fn_name: str, inputs: Sequence[Spec], outputs: Sequence[Spec],
-          body: Callable[[List[object]], List[object]]):
-    """An ``AIProgram`` with one function ``fn_name`` whose named inputs and outputs are
-    ``inputs`` / ``outputs`` and whose body is ``body(input values) -> output values``.
-    The authoring API reads a graph's signature from a function's annotations, so one is
-    made with them (output names are required: a function without them loads with no
-    outputs and aborts the runtime when called)."""
+@dataclass(frozen=True)
+class Function:
+    """One function of a program: its named tensor inputs, its states (each a
+    ``!coreai.handle`` of a tensor, read when the call starts, written when it ends) and
+    outputs, and ``body(input values, state values) -> (output values, {state index:
+    new value})``."""
+
+    name: str
+    inputs: Sequence[Spec]
+    states: Sequence[Spec]
+    outputs: Sequence[Spec]
+    body: Callable
+
+
+def build(functions: Sequence[Function]):
+    """An ``AIProgram`` with ``functions`` (each a ``coreai.graph``). The graphs are built
+    through the dialect's ``GraphOp`` (the authoring API's ``@graph`` takes no handles):
+    each state is read with a fresh token when the call starts and, when the function
+    updates it, written after everything else with the token of that read, and every
+    state's last token is a graph result (a write whose token is not returned is dropped
+    by the runtime; token results follow the states' order)."""
     ca = coreai()
-    from typing import Annotated
+    from coreai._compiler.dialects import coreai as cd
+    from coreai.authoring._ops import unwrap_value
+    from coreai.authoring.operation import Value
 
-    def annotated(spec):
+    def tensor(spec):
         name, shape, dt = spec
-        return Annotated[ca.Value, ca.TensorSpec(tuple(shape), dtype(dt), name=name)]
+        return ca.TensorSpec(tuple(shape), dtype(dt), name=name)._to_mlir_type()  # noqa: SLF001
 
-    # the runtime names a function's inputs after the Python parameters: feature names,
-    # identifiers already (rlxjax/signature.py feature_name), never keywords there
-    arg_names = [s[0] for s in inputs]
-    if any(keyword.iskeyword(a) or not a.isidentifier() for a in arg_names):
-        raise ValueError(f"internal: feature names {arg_names} are not all identifiers")
-    ns: Dict[str, object] = {"__rlx_body": body}
-    exec(f"def {fn_name}({', '.join(arg_names)}):\n"  # noqa: S102 - identifiers checked above
-         f"    return tuple(__rlx_body([{', '.join(arg_names)}]))\n", ns)
-    fn = ns[fn_name]
-    fn.__annotations__ = {a: annotated(s) for a, s in zip(arg_names, inputs)}
-    fn.__annotations__["return"] = tuple[tuple(annotated(s) for s in outputs)]
     module = ca.Module.create()
     with module:
-        ca.graph(fn)
+        for f in functions:
+            names = [s[0] for s in f.inputs] + [s[0] for s in f.states]
+            tokens = [f"{s[0]}__token" for s in f.states]
+            graph = cd.GraphOp(
+                f.name,
+                input_types=[tensor(s) for s in f.inputs] +
+                [cd.HandleType.get(tensor(s)) for s in f.states],
+                result_types=[tensor(s) for s in f.outputs] + [cd.TokenType.get()] * len(tokens),
+                input_names=names, result_names=[s[0] for s in f.outputs] + tokens)
+            with graph.block:
+                args = list(graph.arguments)
+                handles, last, reads = args[len(f.inputs):], [], []
+                for h in handles:
+                    value, token = cd.read_handle(h, cd.create_token())
+                    reads.append(Value._from_mlir(value))  # noqa: SLF001
+                    last.append(token)
+                outs, writes = f.body([Value._from_mlir(a)  # noqa: SLF001
+                                       for a in args[:len(f.inputs)]], reads)
+                for i, v in sorted(writes.items()):
+                    last[i] = cd.write_handle(handles[i], unwrap_value(v), last[i])
+                cd.OutputOp([unwrap_value(o) for o in outs] + last)
     return ca.AIProgram(module)
 
 
@@ -117,26 +142,111 @@ def read_metadata(path: str) -> Dict[str, str]:
     return {k: v for k, v in meta.items() if isinstance(v, str)}
 
 
-def serve(path: str, function: str, read, write) -> None:
-    """Load ``function`` of the asset at ``path`` once, then answer calls until ``read()``
-    returns None: each request is a dict of feeds, each reply ``("ok", outputs)`` or
-    ``("error", message)`` (worker.py's persistent worker, in its own process)."""
+def serve(path: str, read, write) -> None:
+    """Load the asset at ``path`` once, then answer requests until ``read()`` returns None
+    (worker.py's persistent worker, in its own process). A request is a tuple:
+    ``("call", function, feeds, state id or None)``, ``("new_state", id, {name: array})``,
+    ``("write_state", id, name, array)``, ``("read_state", id, name)``; each reply is
+    ``("ok", value)`` or ``("error", message)``. States live here, in the runtime's arrays,
+    updated in place by the calls that take them."""
     import asyncio
 
     ca = coreai()
     from coreai.runtime import NDArray
 
+    def nd(v):
+        return NDArray(np.ascontiguousarray(v))
+
     async def go():
         async with ca.AIModelAsset.load(path).executable() as model:
-            fn = model.load_function(function)
+            loaded, states = {}, {}
             while True:
-                feeds = read()
-                if feeds is None:
+                req = read()
+                if req is None:
                     return
                 try:
-                    out = await fn({k: NDArray(np.ascontiguousarray(v)) for k, v in feeds.items()})
-                    write(("ok", {k: np.array(v.numpy()) for k, v in out.items()}))
+                    kind = req[0]
+                    if kind == "call":
+                        _, name, feeds, sid = req
+                        if name not in loaded:
+                            loaded[name] = model.load_function(name)
+                        args = {k: nd(v) for k, v in feeds.items()}
+                        out = await (loaded[name](args) if sid is None else
+                                     loaded[name](args, state=states[sid]))
+                        value = {k: np.array(v.numpy()) for k, v in out.items()}
+                    elif kind == "new_state":
+                        states[req[1]] = {k: nd(v) for k, v in req[2].items()}
+                        value = None
+                    elif kind == "write_state":
+                        states[req[1]][req[2]] = nd(req[3])
+                        value = None
+                    elif kind == "read_state":
+                        value = np.array(states[req[1]][req[2]].numpy())
+                    else:
+                        raise ValueError(f"unknown request {kind!r}")
+                    write(("ok", value))
                 except Exception as e:  # noqa: BLE001 - reported to the caller, who raises
                     write(("error", f"{type(e).__name__}: {e}"))
 
     asyncio.run(go())
+
+
+# -- control flow: coreai's while / if, private in coreai-core 1.0.0b3 ----------------------
+def _raw_dialect():
+    coreai()  # the private dialect module is imported after coreai.authoring
+    from coreai._compiler.dialects import coreai as raw
+    from coreai.authoring.operation import Value
+
+    return raw, Value
+
+
+def tensor_type(shape, dtype_name: str):
+    """The raw MLIR tensor type of ``shape`` / ``dtype_name`` (the results of an ``if``)."""
+    ca = coreai()
+    return ca.TensorType(tuple(shape), dtype(dtype_name))._to_mlir()  # noqa: SLF001
+
+
+def while_loop(inits, cond: Callable, body: Callable) -> list:
+    """``coreai.while`` over the loop-carried ``inits`` (authoring values): ``cond(carry)``
+    returns a rank-0 bool value, ``body(carry)`` the next carry; returns the final carry."""
+    raw, Value = _raw_dialect()
+    raw_inits = [v._to_mlir() for v in inits]  # noqa: SLF001
+    results, (before, after) = raw.while_([v.type for v in raw_inits], raw_inits)
+    with before:
+        pred = cond([Value._from_mlir(a) for a in before.arguments])  # noqa: SLF001
+        raw.condition(pred._to_mlir(), *before.arguments)  # noqa: SLF001
+    with after:
+        nxt = body([Value._from_mlir(a) for a in after.arguments])  # noqa: SLF001
+        raw.yield_([v._to_mlir() for v in nxt])  # noqa: SLF001
+    return _results(results, Value)
+
+
+def if_else(pred, result_types, then: Callable, other: Callable) -> list:
+    """``coreai.if`` on the rank-0 bool ``pred``: ``then()`` / ``other()`` build a branch
+    and return its values (of ``result_types``, raw types from ``tensor_type``)."""
+    raw, Value = _raw_dialect()
+    results, (then_b, else_b) = raw.if_(list(result_types), pred._to_mlir())  # noqa: SLF001
+    for builder, fn in ((then_b, then), (else_b, other)):
+        with builder:
+            raw.yield_([v._to_mlir() for v in fn()])  # noqa: SLF001
+    return _results(results, Value)
+
+
+def _results(results, Value) -> list:
+    if not isinstance(results, (list, tuple)) and hasattr(results, "type"):
+        return [Value._from_mlir(results)]  # noqa: SLF001
+    return [Value._from_mlir(r) for r in results]  # noqa: SLF001
+
+
+def typed(op: str, out_shape, dtype_name: str, **operands):
+    """The coreai op ``op`` (the private dialect's builder) with its result type given:
+    ``out_shape`` / ``dtype_name``. The authoring API infers a dynamic shape for some ops
+    whose shape operand is a constant (``broadcast_to``, ``gather_along_axis``), which
+    Core AI's compiler then rejects."""
+    _, Value = _raw_dialect()
+    from coreai._compiler.dialects import _coreai_ops_gen as gen
+
+    args = {k: (v._to_mlir() if isinstance(v, Value) else constant(v)._to_mlir())  # noqa: SLF001
+            for k, v in operands.items()}
+    out = getattr(gen, op)(**args, results=[tensor_type(out_shape, dtype_name)])
+    return Value._from_mlir(out)  # noqa: SLF001

@@ -1,9 +1,10 @@
 """The Core AI format (rlxjax/formats/): a ``Program`` as a ``coreai`` program in an
 ``.aimodel``, run on Apple's Core AI runtime in a worker process (worker.py).
 
-First slice: forward and gradient programs of the ops lower.py knows, fp32, static shapes,
-no states, saved and loaded (loaded.py); everything else is refused with an error naming
-what is missing.
+A program's states (``state="mlstate"`` training steps) are Core AI states holding the fp32
+and int32 values as they are (training/mlstate.py's ``plain`` codec: no fp16 pieces as on
+Core ML); ``save_functions`` writes several programs as the functions of one asset, which
+share states by name. Everything coreai-core offers is reached through ca_private.py.
 """
 from __future__ import annotations
 
@@ -24,14 +25,26 @@ SUFFIX = ".aimodel"
 Op = namedtuple("Op", "type")
 
 
+def state_rows(specs) -> list:
+    return [{"name": s.name, "mil_name": s.mil_name, "shape": list(s.shape), "dtype": s.dtype}
+            for s in specs]
+
+
 class CoreAIExecutable(Executable):
-    def __init__(self, program, asset_dir: str, in_specs, out_specs, meta: Dict[str, str],
-                 keep_alive):
-        self.spec = program          # coreai.authoring.AIProgram
-        self.weights_dir = asset_dir  # the saved .aimodel the runtime loads
-        self.input_specs, self.output_specs = tuple(in_specs), tuple(out_specs)
+    def __init__(self, lowered, meta: Dict[str, str]):
+        self.lowered = lowered      # lower.Lowered: built as function 'main' here
+        self.input_specs, self.output_specs = lowered.inputs, lowered.outputs
+        self.state_specs = lowered.states
         self._meta = meta
-        self._keep_alive = keep_alive
+        from . import ca_private
+
+        # built now, so that an op the lowering refuses is an error of compile()
+        self.spec = ca_private.build([lowered.function("main")])  # an AIProgram
+        self._tmp = tempfile.TemporaryDirectory(prefix="rlxjax-coreai-")
+
+    @property
+    def weights_dir(self) -> str:
+        return self._tmp.name
 
     @property
     def metadata(self):
@@ -39,7 +52,11 @@ class CoreAIExecutable(Executable):
 
     @property
     def state_names(self) -> Tuple[str, ...]:
-        return ()
+        return tuple(s.mil_name for s in self.state_specs)
+
+    @property
+    def state_graph_names(self) -> Dict[str, str]:
+        return {s.name: s.mil_name for s in self.state_specs}
 
     def _write(self, path: str) -> None:
         from . import ca_private
@@ -48,7 +65,7 @@ class CoreAIExecutable(Executable):
 
     def asset(self) -> str:
         """The program saved (with the metadata as it is now) in a temporary folder."""
-        path = os.path.join(self._keep_alive.name, "model" + SUFFIX)
+        path = os.path.join(self._tmp.name, "model" + SUFFIX)
         if os.path.exists(path):
             shutil.rmtree(path)
         self._write(path)
@@ -58,7 +75,9 @@ class CoreAIExecutable(Executable):
         if backend not in (None, "coreai"):
             raise ArgumentError(f"backend={backend!r}: an .aimodel runs on backend='coreai' "
                                 "(Apple's Core AI runtime)")
-        return CoreAIRunner(self.asset())
+        from .worker import CoreAIRunner
+
+        return CoreAIRunner(self.asset(), "main", self.state_specs)
 
     def save(self, path) -> str:
         return write_package(path, SUFFIX, "Core AI", self._write)
@@ -85,27 +104,6 @@ class CoreAIExecutable(Executable):
         return str(self.spec)
 
 
-class CoreAIRunner:
-    """Runs the program in a persistent worker process (worker.Session), started on the
-    first call: the asset is compiled and loaded once for every call of this program."""
-
-    def __init__(self, asset: str):
-        self.asset = asset
-        self._session = None
-
-    def run(self, feeds, state=None):
-        if state is not None:
-            raise ArgumentError("this Core AI program has no states")
-        from .worker import Session
-
-        if self._session is None or self._session.proc.poll() is not None:
-            self._session = Session(self.asset, "main")
-        return self._session(feeds)
-
-    def make_state(self):
-        raise ArgumentError("this Core AI program has no states")
-
-
 class CoreAIFormat(Format):
     name = "aimodel"
     suffix = SUFFIX
@@ -117,17 +115,31 @@ class CoreAIFormat(Format):
     def compile(self, program, *, keep_weight_layout: bool = False) -> CoreAIExecutable:
         from .lower import lower_program
 
-        if program.traced.host is not None:
-            raise RlxError("random= programs are not lowered for Core AI yet")
-        prog, ins, outs = lower_program(program)
+        lowered = lower_program(program)
         meta: Dict[str, str] = {}
-        metadata.write_program(meta, ins, outs)
-        metadata.write_host_parts(meta, program.traced, ins, outs)
-        return CoreAIExecutable(prog, "", ins, outs, meta,
-                                tempfile.TemporaryDirectory(prefix="rlxjax-coreai-"))
+        metadata.write_program(meta, lowered.inputs, lowered.outputs)
+        metadata.write_host_parts(meta, program.traced, lowered.inputs, lowered.outputs)
+        if lowered.states:
+            metadata.write(meta, metadata.STATES, state_rows(lowered.states))
+        return CoreAIExecutable(lowered, meta)
 
     def save_functions(self, functions, default: str, path) -> str:
-        raise RlxError("multifunction .aimodel packages are not written yet")
+        """One asset with a ``coreai.graph`` per function; states of the same name are one
+        state to the app, which passes the same arrays to every function."""
+        from . import ca_private
+
+        names = [n for n, _ in functions]
+        if len(set(names)) != len(names) or default not in names:
+            raise RlxError(f"internal: functions {names}, default {default!r}")
+        shapes: Dict[str, tuple] = {}
+        for name, ex in functions:
+            for s in ex.state_specs:
+                if shapes.setdefault(s.mil_name, (s.shape, s.dtype)) != (s.shape, s.dtype):
+                    raise RlxError(f"internal: state {s.mil_name} differs between functions")
+        program = ca_private.build([ex.lowered.function(name) for name, ex in functions])
+        meta = metadata.merge_functions([(n, ex.metadata) for n, ex in functions], default)
+        return write_package(path, SUFFIX, "Core AI",
+                             lambda p: ca_private.save(program, p, meta))
 
     def load(self, path, backend=None, function=None):
         from .loaded import load_asset
@@ -135,10 +147,19 @@ class CoreAIFormat(Format):
         return load_asset(path, backend, function)
 
     def check_compression(self, scheme, target) -> None:
-        raise ArgumentError("compress= is not implemented for format='aimodel' yet")
+        """Every scheme decompresses with a Core AI op on every Core AI OS (weights.py)."""
+        from ..coreml.compress import SCHEMES
+
+        if scheme is not None and scheme not in SCHEMES:
+            raise ArgumentError(f"compress={scheme!r}: choose one of {', '.join(SCHEMES)} "
+                                "(or None to store weights in fp32)")
 
     def compress_leaf(self, arr, scheme):
-        raise ArgumentError("compress= is not implemented for format='aimodel' yet")
+        """The same payload as for Core ML (the quantisers of coremltools.optimize,
+        rlxjax/coreml/compress.py), decompressed in the program by weights.py."""
+        from ..coreml.compress import compress_leaf
+
+        return compress_leaf(arr, scheme)
 
 
 FORMAT = CoreAIFormat()

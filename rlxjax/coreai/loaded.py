@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 
+import numpy as np
+
 from .. import metadata
 from ..errors import ArgumentError, PackageError
 from ..loaded import LoadedFunction
@@ -54,33 +56,95 @@ def _creator_metadata(path: str) -> dict:
 
 
 class LoadedAIModel(LoadedFunction):
-    """A saved ``.aimodel`` ready to run on Apple's Core AI runtime: ``m(x=...)`` -> dict."""
+    """A saved ``.aimodel`` ready to run on Apple's Core AI runtime: ``m(x=...)`` -> dict.
 
-    def __init__(self, path: str, backend=None, function=None):
+    A multifunction asset (``step.save(path, predict=...)``) loads as its default function
+    (or ``function=``); ``functions`` names them all, ``function(name)`` gives another,
+    ``run(name, ...)`` calls one; every function runs in one worker process, so a state from
+    ``make_state()`` is shared by all of them."""
+
+    def __init__(self, path: str, backend=None, function=None, _family=None):
         if backend not in (None, "coreai"):
             raise ArgumentError(f"backend={backend!r}: an .aimodel runs on backend='coreai'")
-        if function not in (None, "main"):
-            raise ArgumentError(f"{path} has one function, 'main'; function={function!r} "
-                                "is not it")
-        check_asset(path)
-        self.path, self.backend, self.function_name = path, "coreai", "main"
-        self.functions = ("main",)
-        meta = _creator_metadata(path)
+        if _family is None:
+            check_asset(path)
+        self.path, self.backend = path, "coreai"
+        package = _creator_metadata(path) if _family is None else _family["meta"]
+        default, names = metadata.function_names(package)
+        self.functions = names or ("main",)
+        name = function or default or "main"
+        if name not in self.functions:
+            raise ArgumentError(f"{path} has functions {list(self.functions)}; "
+                                f"function={name!r} is none of them")
+        self.function_name = name
+        self._family = _family or {"meta": package, "session": [None]}
+        self._family[name] = self
+        meta = metadata.function_metadata(package, name)
         if metadata.IO not in meta:
             raise PackageError(f"{path} was not written by rlxjax (no {metadata.IO} metadata): "
                                "rlxjax.load reads the .aimodel packages rlxjax writes")
         self._describe(meta, (), ())
+        self._state_rows = _state_rows(path, meta)
+
+    @property
+    def state_names(self):
+        return tuple(r["mil_name"] for r in self._state_rows)
+
+    def _runner(self):
+        from .worker import CoreAIRunner
+
+        shared = self._family["session"]  # one worker for every function of the asset
+        runner = CoreAIRunner(self.path, self.function_name,
+                              [_Spec(r) for r in self._state_rows], session=shared[0])
+        shared[0] = runner.session
+        return runner
 
     def _run(self, feeds, state=None):
-        from .worker import Session
+        return self._runner().run(feeds, state)
 
-        if getattr(self, "_session", None) is None or self._session.proc.poll() is not None:
-            self._session = Session(self.path, "main")  # compiled once for every call
-        return self._session(feeds)
+    def make_state(self, folder=None):
+        """Zero states in the worker, with ``read_state(name)`` / ``write_state(name,
+        array)``; pass an ``export_state`` folder to fill them from its files."""
+        if not self.state_names:
+            raise ArgumentError(f"{self.path} has no states")
+        state = self._runner().make_state()
+        if folder is not None:
+            from ..training.checkpoint import read_state_files
+
+            read_state_files(state, self.state_names, folder, optional=self._cache_states())
+        return self._wrap_state(state)
+
+    def function(self, name: str) -> "LoadedAIModel":
+        if name not in self.functions:
+            raise ArgumentError(f"{self.path} has functions {list(self.functions)}; "
+                                f"{name!r} is none of them")
+        return self._family.get(name) or LoadedAIModel(self.path, "coreai", name,
+                                                       _family=self._family)
+
+    def run(self, function: str, *args, state=None, **kwargs):
+        """Call function ``function`` of the asset: ``m.run("predict", x, state=st)``."""
+        return self.function(function)(*args, state=state, **kwargs)
 
     def __repr__(self):
-        return (f"LoadedAIModel({self.path!r}, inputs={list(self.input_names)}, "
-                f"outputs={list(self.output_names)}, backend='coreai')")
+        return (f"LoadedAIModel({self.path!r}, function={self.function_name!r}, "
+                f"inputs={list(self.input_names)}, outputs={list(self.output_names)}, "
+                "backend='coreai')")
+
+
+class _Spec:
+    def __init__(self, row):
+        self.mil_name, self.shape, self.dtype = row["mil_name"], tuple(row["shape"]), row["dtype"]
+
+
+def _state_rows(path: str, meta) -> list:
+    rows = metadata.read(meta, metadata.STATES, [])
+    try:
+        for r in rows:
+            str(r["mil_name"]), np.dtype(r["dtype"]), [int(d) for d in r["shape"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise PackageError(f"{path}: its {metadata.STATES} metadata is malformed "
+                           f"({type(e).__name__}: {e})") from None
+    return rows
 
 
 def load_asset(path, backend=None, function=None) -> LoadedAIModel:

@@ -7,15 +7,17 @@ int32 features of rank >= 1 (a rank-0 input kills the Core AI runtime, so scalar
 """
 from __future__ import annotations
 
-from typing import Dict
+from dataclasses import dataclass
+from typing import Callable, Dict, Tuple
 
 import numpy as np
 
-from ..errors import DynamicShapeError, UnsupportedPrimitiveError
+from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Graph, TensorType, verify
 from ..signature import IOSpec, feature_name, unique_names as _unique
 from . import ca_private
 from .ops import Ctx, lower_nodes
+from .ops_base import check_type
 
 
 def _io_dtype(d: DType) -> DType:
@@ -29,34 +31,74 @@ def _check_static(graph: Graph) -> None:
                                     "format='aimodel' compiles static shapes only (yet)")
 
 
-def lower_program(program) -> tuple:
-    """(AIProgram, input IOSpecs, output IOSpecs) of ``program`` (rlxjax/program.py)."""
+@dataclass(frozen=True)
+class Lowered:
+    """A program lowered for Core AI, ready to be built as a function of any name (one
+    ``.aimodel`` may hold several, format.py ``save_functions``)."""
+
+    inputs: Tuple[IOSpec, ...]    # the function's tensor inputs
+    outputs: Tuple[IOSpec, ...]   # its outputs (not the state writes)
+    states: Tuple[IOSpec, ...]    # its states (``name``: the graph input, ``mil_name``: the state)
+    body: Callable
+
+    def function(self, name: str) -> "ca_private.Function":
+        spec = lambda s: (s.mil_name, s.io_shape, s.io_dtype)  # noqa: E731
+        return ca_private.Function(name, [spec(s) for s in self.inputs],
+                                   [spec(s) for s in self.states],
+                                   [spec(s) for s in self.outputs], self.body)
+
+
+def lower_program(program) -> Lowered:
+    """``program`` (rlxjax/program.py) lowered for Core AI. Its states (``Program.states``:
+    graph input -> the graph output written back, or None for a state only read) become
+    Core AI states (fp32 / int32 / fp16 tensors, read when a call starts and written when
+    it ends), neither inputs nor outputs of the function."""
     graph = program.graph
     verify(graph)
     _check_static(graph)
-    if program.states:
-        raise UnsupportedPrimitiveError("state", None, "programs with states (state='mlstate') "
-                                        "are not lowered for Core AI yet")
+    for _, v in graph.inputs + graph.outputs:
+        check_type(v.type)
+    if not graph.outputs:  # every output made on the host (zero-size, constant)
+        raise UnsupportedPrimitiveError("program", None, "a program with no device outputs "
+                                        "(all of them zero-size or constant) is not compiled "
+                                        "for Core AI yet: Core AI cannot compile a function "
+                                        "without outputs")
     if program.precision != "fp32":
         raise UnsupportedPrimitiveError("precision", None, "format='aimodel' compiles fp32 "
                                         "programs only (yet)")
-    names = _unique([feature_name(n) for n, _ in graph.inputs + graph.outputs])
-    in_names, out_names = names[:len(graph.inputs)], names[len(graph.inputs):]
-    in_specs = [_spec(n, f, v.type) for (n, v), f in zip(graph.inputs, in_names)]
-    out_specs = [_spec(n, f, v.type) for (n, v), f in zip(graph.outputs, out_names)]
-    ca = ca_private.coreai()
-    ctx = Ctx(ca)
+    bound = dict(program.states or {})
+    fn_in = [(n, v) for n, v in graph.inputs if n not in bound]
+    st_in = [(n, v) for n, v in graph.inputs if n in bound]
+    written = {out: i for i, (n, _) in enumerate(st_in) if (out := bound[n]) is not None}
+    fn_out = [(n, v) for n, v in graph.outputs if n not in written]
+    if len(st_in) != len(bound) or len(written) != sum(o is not None for o in bound.values()) \
+            or len(fn_out) + len(written) != len(graph.outputs):
+        raise RlxError(f"internal: states {bound} do not pair graph inputs with outputs")
+    for n, v in st_in:
+        if v.type.rank == 0 or v.type.dtype not in (DType.f32, DType.f16, DType.i32):
+            raise UnsupportedPrimitiveError(
+                "state", None, f"state '{n}' is {v.type}: Core AI states here are fp32, "
+                "fp16 or int32 tensors of rank >= 1")
+    names = _unique([feature_name(n) for n, _ in fn_in + fn_out + st_in])
+    k, m = len(fn_in), len(fn_in) + len(fn_out)
+    in_specs = tuple(_spec(n, f, v.type) for (n, v), f in zip(fn_in, names[:k]))
+    out_specs = tuple(_spec(n, f, v.type) for (n, v), f in zip(fn_out, names[k:m]))
+    st_specs = tuple(IOSpec(n, f, tuple(v.type.shape), v.type.dtype.np.name, tuple(v.type.shape),
+                            v.type.dtype.np.name) for (n, v), f in zip(st_in, names[m:]))
+    ctx = Ctx(ca_private.coreai())
 
-    def body(args):
+    def body(args, reads):
         env: Dict[int, object] = {}
-        for (_, v), spec, a in zip(graph.inputs, in_specs, args):
+        for (_, v), a in zip(fn_in, args):
             env[v.id] = _from_io(ctx, a, v.type)
+        for (_, v), r in zip(st_in, reads):
+            env[v.id] = r
         lower_nodes(ctx, graph.nodes, env)
-        return [_to_io(ctx, env[v.id], v.type) for _, v in graph.outputs]
+        outs = [_to_io(ctx, env[v.id], v.type) for _, v in fn_out]
+        writes = {written[n]: env[v.id] for n, v in graph.outputs if n in written}
+        return outs, writes
 
-    prog = ca_private.build("main", [(s.mil_name, s.io_shape, s.io_dtype) for s in in_specs],
-                            [(s.mil_name, s.io_shape, s.io_dtype) for s in out_specs], body)
-    return prog, in_specs, out_specs
+    return Lowered(in_specs, out_specs, st_specs, body)
 
 
 def _spec(name: str, feature: str, t: TensorType) -> IOSpec:

@@ -9,7 +9,7 @@ lists its MIL operations.
 from __future__ import annotations
 
 import tempfile
-from typing import Tuple
+from typing import Dict, Tuple
 
 from . import coremltools_quiet  # noqa: F401  (first: coremltools without its notices)
 from .. import metadata
@@ -18,6 +18,7 @@ from .lower import lower_graph
 from .mil_cse import mil_cse
 from .mil_linear_bias import fuse_linear_bias
 from .mil_order import order_for_memory
+from .mil_scaled_tanh import fuse_scaled_tanh
 from .package import MLPACKAGE_SUFFIX, save_mlpackage
 from .targets import Target, get_target
 
@@ -39,6 +40,10 @@ class CoreMLExecutable(Executable):
     @property
     def state_names(self) -> Tuple[str, ...]:
         return tuple(f.name for f in self.spec.description.state)
+
+    @property
+    def state_graph_names(self) -> Dict[str, str]:
+        return {f.shortDescription: f.name for f in self.spec.description.state}
 
     def runner(self, backend: str):
         from ..runtime import make_backend
@@ -80,6 +85,7 @@ class CoreMLFormat(Format):
     name = "mlpackage"
     suffix = MLPACKAGE_SUFFIX
     default_target = "iOS17"
+    attention_bool_masks = True  # coreml/rules/attention.py
 
     def target(self, target) -> Target:
         return target if isinstance(target, Target) else get_target(target)  # (resolve_target)
@@ -105,6 +111,7 @@ class CoreMLFormat(Format):
             metadata.write(meta, metadata.NAN_SIGN, nan)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
+        fuse_scaled_tanh(model)  # exact: mul(tanh(x), c) as scaled_tanh(x, c, 1)
         order_for_memory(model)  # exact: the order of the ops only (lower peak of live values)
         return CoreMLExecutable(model, tmp.name, ins, outs, tmp)
 

@@ -217,8 +217,8 @@ class LoadedModel(LoadedFunction):
         state = self._make_state()
         if folder is not None:
             from ..training.checkpoint import read_state_files
-            read_state_files(state, self.state_names, folder)
-        return state
+            read_state_files(state, self.state_names, folder, optional=self._cache_states())
+        return self._wrap_state(state)
 
     def _make_state(self):
         if self.backend in REFERENCE_BACKENDS:

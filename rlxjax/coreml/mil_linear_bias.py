@@ -13,30 +13,9 @@ linear's output has other readers (a graph output, a nested block, a backward pa
 """
 from __future__ import annotations
 
-from collections import Counter
-
-from .mil import blocks, top_blocks, walk
-
-
-def _names(op):
-    for arg in op.inputs.values():
-        for b in arg.arguments:
-            if b.WhichOneof("binding") == "name":
-                yield b.name
-
-
-def _single_name(op, param):
-    arg = op.inputs.get(param)
-    if arg is None or len(arg.arguments) != 1 or arg.arguments[0].WhichOneof("binding") != "name":
-        return None
-    return arg.arguments[0].name
-
-
-def _dims(vtype):
-    t = vtype.tensorType
-    if any(d.WhichOneof("dimension") != "constant" for d in t.dimensions):
-        return None
-    return [d.constant.size for d in t.dimensions]
+from .mil import top_blocks, walk
+from .mil_peephole import dims as _dims, fresh as _fresh, index as _index, set_name as _set_name
+from .mil_peephole import single_name as _single_name
 
 
 def _set_dims(vtype, dims):
@@ -60,29 +39,8 @@ def _fits(add, lin, const):
             == lin.outputs[0].type.tensorType.dataType)
 
 
-def _set_name(op, name):
-    op.outputs[0].name = name
-    if "name" in op.attributes:
-        op.attributes["name"].immediateValue.tensor.strings.values[:] = [name]
-
-
-def _fresh(name, taken) -> str:
-    k, out = 0, name
-    while out in taken:
-        k += 1
-        out = f"{name}_{k}"
-    return out
-
-
 def _fuse_top_block(top) -> int:
-    reads = Counter()
-    producer = {}  # output name -> OpSite
-    for site in walk(top):
-        reads.update(_names(site.op))
-        for o in site.op.outputs:
-            producer[o.name] = site
-    for block in blocks(top):
-        reads.update(block.outputs)
+    reads, producer = _index(top)
     fused, dropped = 0, []
     for site in list(walk(top)):
         add = site.op

@@ -28,6 +28,10 @@ class Entry:
     suffix: str   # a package's path suffix
     backends: tuple  # what runs its programs; the first the default (formats/backends.py)
     summary: str
+    #: how its states hold fp32 / int32 training state (training/mlstate.py ``CODECS``)
+    state_codec: str = "f16x3"
+    #: whether it has random ops (``random="device"``)
+    random_ops: bool = True
 
 
 #: every format rlxjax writes; the first is the default
@@ -39,7 +43,8 @@ REGISTRY: Dict[str, Entry] = {e.name: e for e in (
     Entry("aimodel", "rlxjax.coreai.format", "rlxjax.coreai.targets", "iOS27", ".aimodel",
           ("coreai",),
           "Core AI program (MLIR coreai dialect bytecode; first slice: forward and gradient "
-          "programs of dense models); runs on Apple's Core AI runtime (coreai-core)"),
+          "programs of dense models); runs on Apple's Core AI runtime (coreai-core)",
+          state_codec="plain", random_ops=False),
 )}
 DEFAULT = next(iter(REGISTRY))
 

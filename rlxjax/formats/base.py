@@ -52,6 +52,11 @@ class Executable(abc.ABC):
     def state_names(self) -> Tuple[str, ...]:
         """The program's states (empty for a stateless program)."""
 
+    @property
+    def state_graph_names(self) -> Dict[str, str]:
+        """Each state's RLX graph input name ('state.f32.exp') -> its name in the program."""
+        return {}
+
     @abc.abstractmethod
     def runner(self, backend: str):
         """An object with ``run(feeds, state=None) -> {feature: array}`` and
@@ -87,6 +92,10 @@ class Format(abc.ABC):
     name: str
     suffix: str
     default_target: str
+    #: whether the format lowers the fused attention op with a bool mask (rlxjax/ir/
+    #: attention.py: fully masked rows uniform); without it recognize_attention leaves such
+    #: attention (a ``where`` mask that is an input, or has a fully masked row) decomposed
+    attention_bool_masks: bool = False
     #: whether ``compile`` lowers the RLX op ``remat_barrier`` (ir/control.py: what keeps a
     #: ``jax.checkpoint``'s recomputation from being merged into the forward pass); when
     #: not, ``Lowered.compile`` removes the barriers first (the values are the same)

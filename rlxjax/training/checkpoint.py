@@ -38,24 +38,32 @@ def load_checkpoint(path, like: Sequence[np.ndarray]) -> Tuple[int, List[np.ndar
         return int(z["step"]), leaves
 
 
+#: a state file's suffix and little-endian dtype, by the state's dtype (Core ML's states are
+#: fp16; Core AI's fp32 and int32)
+STATE_FILES = {"float16": (".f16", "<f2"), "float32": (".f32", "<f4"), "int32": (".i32", "<i4")}
+
+
 def write_state_files(folder, step: int, pieces: Dict[str, np.ndarray]) -> str:
-    """``export_state``: one raw little-endian fp16 file per state (``<name>.f16``, from
-    ``pieces``: state name -> values), then ``state.json`` (names, shapes, step), each
-    written atomically into ``folder``."""
+    """``export_state``: one raw little-endian file per state (``<name>.f16`` for Core ML's
+    fp16 states, ``.f32`` / ``.i32`` for Core AI's; from ``pieces``: state name -> values),
+    then ``state.json`` (names, shapes, dtypes, step), each written atomically into
+    ``folder``."""
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
     rows = []
     for name, arr in pieces.items():
-        atomic.write_bytes(os.path.join(folder, name + ".f16"), arr.astype("<f2").tobytes())
-        rows.append({"name": name, "shape": list(arr.shape), "dtype": "float16"})
+        suffix, le = STATE_FILES[arr.dtype.name]
+        atomic.write_bytes(os.path.join(folder, name + suffix), arr.astype(le).tobytes())
+        rows.append({"name": name, "shape": list(arr.shape), "dtype": arr.dtype.name})
     atomic.write_bytes(os.path.join(folder, "state.json"),
                        json.dumps({"step": step, "states": rows}).encode())
     return os.path.abspath(folder)
 
 
-def read_state_files(state, names, folder) -> None:
+def read_state_files(state, names, folder, optional=()) -> None:
     """Fill ``state`` (a loaded package's ``make_state()``) from an ``export_state`` folder:
-    ``state.json`` must list exactly the package's states ``names``, each with its shape."""
+    ``state.json`` must list exactly the package's states ``names``, each with its shape,
+    but for those in ``optional`` (a KV cache's: zero, an empty cache, when not listed)."""
     folder = os.fspath(folder)
     index = os.path.join(folder, "state.json")
     if not os.path.isfile(index):
@@ -63,13 +71,17 @@ def read_state_files(state, names, folder) -> None:
                             "one with step.export_state(state, folder)")
     rows = json.load(open(index))["states"]
     got = sorted(r["name"] for r in rows)
-    if got != sorted(names):
+    if got != sorted(n for n in names if n not in optional or n in got):
         raise ArgumentError(f"{folder} holds states {got}; the package declares "
                             f"{sorted(names)}: export the state of the step this package "
                             "was saved from")
     for r in rows:
-        raw = np.fromfile(os.path.join(folder, r["name"] + ".f16"), "<f2")
+        if r.get("dtype", "float16") not in STATE_FILES:
+            raise ArgumentError(f"{folder}/state.json: state {r['name']} has dtype "
+                                f"{r.get('dtype')!r}; expected one of {sorted(STATE_FILES)}")
+        suffix, le = STATE_FILES[r.get("dtype", "float16")]
+        raw = np.fromfile(os.path.join(folder, r["name"] + suffix), le)
         if raw.size != int(np.prod(r["shape"])):
-            raise ArgumentError(f"{folder}/{r['name']}.f16 holds {raw.size} values; "
+            raise ArgumentError(f"{folder}/{r['name']}{suffix} holds {raw.size} values; "
                                 f"state.json says shape {r['shape']}")
         state.write_state(r["name"], raw.reshape(r["shape"]))

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import RlxError
 from ..frontend import path_name
-from .mlstate import BIAS, I32_BASE, Layout, make_layout
+from .mlstate import CODECS, Layout, make_layout
 
 MODES = ("io", "mlstate")
 INPUT_ROLES = ("param", "opt_state", "batch", "random")  # random: computed by the host
@@ -51,10 +51,10 @@ def trained_leaves(params, opt_state):
     return names, roles, structs
 
 
-def state_layout(params, opt_state) -> Layout:
+def state_layout(params, opt_state, codec: str = "f16x3") -> Layout:
     """``state="mlstate"``: where each parameter and optimizer-state leaf lives in the
-    program's Core ML states (mlstate.py)."""
-    return make_layout(*trained_leaves(params, opt_state))
+    program's states, stored as the format's ``codec`` says (mlstate.py ``CODECS``)."""
+    return make_layout(*trained_leaves(params, opt_state), codec=CODECS[codec])
 
 
 @dataclass(frozen=True)
@@ -78,16 +78,18 @@ class Feature:
 
 @dataclass(frozen=True)
 class StateFeature:
-    """``state="mlstate"``: one Core ML state (an fp16 vector, see mlstate.py)."""
+    """``state="mlstate"``: one state of the program (a vector, see mlstate.py: fp16
+    pieces on Core ML, the fp32 / int32 values themselves on Core AI)."""
 
     name: str                 # the state's name in the program
     graph_name: str           # its name in the RLX graph ('state.f32.exp')
     length: int
-    role: str                 # 'f32_exp', 'f32_hi', ..., 'i32_lo'
+    role: str                 # 'f32_exp', 'f32_hi', ..., 'i32_lo'; 'f32_value', 'i32_value'
+    dtype: str = "float16"
 
     def row(self) -> Dict[str, Any]:
         return dict(name=self.name, graph_name=self.graph_name, shape=[self.length],
-                    dtype="float16", role=self.role)
+                    dtype=self.dtype, role=self.role)
 
 
 @dataclass(frozen=True)
@@ -118,9 +120,9 @@ class TrainLayout:
             outputs.append(_feature(s, _NEW[fed.role], feeds=fed.feature))
         states = ()
         if tensors is not None:
-            by_graph = {f.shortDescription: f.name for f in compiled.spec.description.state}
-            states = tuple(StateFeature(by_graph[g], g, n, role)
-                           for g, role, n in tensors.states())
+            by_graph = compiled.executable.state_graph_names
+            states = tuple(StateFeature(by_graph[g], g, n, role, dt)
+                           for g, role, n, dt in tensors.state_types())
         return cls(mode, inputs, tuple(outputs), states, tensors)
 
     @property
@@ -134,8 +136,8 @@ class TrainLayout:
                 "outputs": [f.row() for f in self.outputs]}
         if self.mode == "io":
             return {"state": "io", **rows}
-        return {"state": "mlstate", "encoding": "rlxjax-f32x3-v1", "exp_bias": BIAS,
-                "i32_base": I32_BASE, **rows, "states": [s.row() for s in self.states],
+        return {"state": "mlstate", **self.tensors.codec.metadata(), **rows,
+                "states": [s.row() for s in self.states],
                 "tensors": [asdict(s) for s in self.tensors.slots]}
 
 

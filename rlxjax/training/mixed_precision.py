@@ -180,7 +180,8 @@ class MixedTrainStep(TrainStep):
         g.outputs = list(g.outputs[1:])
         user = dataclasses.replace(traced, out_tree=traced.out_tree.children()[1])
         return build_train_graph(user, args, self.optimizer, has_aux=self.has_aux,
-                                 mode=self.state_mode, differentiate=scaled)
+                                 mode=self.state_mode, differentiate=scaled,
+                                 codec=self.state_codec)
 
     def scale_of(self, state) -> float:
         """The current loss scale (and from it, whether steps are being skipped)."""

@@ -123,6 +123,121 @@ def decode_i32_np(hi, mid, lo) -> np.ndarray:
     return ((h * I32_BASE + m) * I32_BASE + l_).astype(np.int32)
 
 
+# -- codecs: how a format's states hold the fp32 / int32 leaves ---------------------------
+class Codec:
+    """How the leaves of one dtype ('float32' / 'int32') are stored in a format's states:
+    as the pieces ``pieces(dtype)``, each a vector of ``piece_dtype(dtype)``."""
+
+    name = ""
+
+    def pieces(self, dtype: str) -> Tuple[str, ...]:
+        raise NotImplementedError
+
+    def piece_dtype(self, dtype: str) -> str:
+        raise NotImplementedError
+
+    def encode(self, dtype: str, flat):          # traced: vector -> pieces
+        raise NotImplementedError
+
+    def decode(self, dtype: str, *pieces):       # traced: pieces -> vector
+        raise NotImplementedError
+
+    def host_encode(self, dtype: str, flat) -> Tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    def host_decode(self, dtype: str, *pieces) -> np.ndarray:
+        raise NotImplementedError
+
+    def metadata(self) -> Dict[str, object]:
+        return {"encoding": self.name}
+
+
+class F16x3(Codec):
+    """Core ML: fp16 states, each fp32 / int32 value exact in three pieces (module doc)."""
+
+    name = "rlxjax-f32x3-v1"
+
+    def pieces(self, dtype):
+        return F32_PIECES if dtype == "float32" else I32_PIECES
+
+    def piece_dtype(self, dtype):
+        return "float16"
+
+    def encode(self, dtype, flat):
+        return list((encode_f32 if dtype == "float32" else encode_i32)(flat))
+
+    def decode(self, dtype, *pieces):
+        return (decode_f32 if dtype == "float32" else decode_i32)(*pieces)
+
+    def host_encode(self, dtype, flat):
+        return (encode_f32_np if dtype == "float32" else encode_i32_np)(flat)
+
+    def host_decode(self, dtype, *pieces):
+        return (decode_f32_np if dtype == "float32" else decode_i32_np)(*pieces)
+
+    def metadata(self):
+        return {"encoding": self.name, "exp_bias": BIAS, "i32_base": I32_BASE}
+
+
+class Plain(Codec):
+    """Core AI: fp32 and int32 states hold the values as they are (no codec)."""
+
+    name = "plain"
+
+    def pieces(self, dtype):
+        return ("value",)
+
+    def piece_dtype(self, dtype):
+        return dtype
+
+    def encode(self, dtype, flat):
+        return [flat]
+
+    def decode(self, dtype, value):
+        return value
+
+    def host_encode(self, dtype, flat):
+        return (np.asarray(flat, dtype),)
+
+    def host_decode(self, dtype, value):
+        return np.asarray(value, dtype)
+
+
+class F16(F16x3):
+    """An explicit opt-in for inference caches (rlxjax/stateful.py, ``state_precision=
+    "fp16"``) on fp16 states: each fp32 value rounded to one fp16 piece; int32 leaves exact
+    as in ``F16x3``."""
+
+    name = "fp16"
+
+    def pieces(self, dtype):
+        return ("f16",) if dtype == "float32" else I32_PIECES
+
+    def encode(self, dtype, flat):
+        return [flat.astype(jnp.float16)] if dtype == "float32" else super().encode(dtype, flat)
+
+    def decode(self, dtype, *pieces):
+        return pieces[0].astype(jnp.float32) if dtype == "float32" else \
+            super().decode(dtype, *pieces)
+
+    def host_encode(self, dtype, flat):
+        return (np.asarray(flat, np.float32).astype(np.float16),) if dtype == "float32" \
+            else super().host_encode(dtype, flat)
+
+    def host_decode(self, dtype, *pieces):
+        return np.asarray(pieces[0], np.float16).astype(np.float32) if dtype == "float32" \
+            else super().host_decode(dtype, *pieces)
+
+    def metadata(self):
+        return {"encoding": self.name, "i32_base": I32_BASE}
+
+
+#: by the name a format's registry entry gives (rlxjax/formats/__init__.py ``state_codec``;
+#: "f16": the rounded opt-in of rlxjax/stateful.py)
+CODECS: Dict[str, Codec] = {"f16x3": F16x3(), "plain": Plain(), "f16": F16()}
+_TAGS = (("float32", "f32"), ("int32", "i32"))
+
+
 # -- layout: where each leaf lives -------------------------------------------------------
 @dataclass(frozen=True)
 class Slot:
@@ -138,6 +253,8 @@ class Slot:
 class Layout:
     slots: Tuple[Slot, ...]
     n_params: int
+    codec: Codec = CODECS["f16x3"]
+    prefix: str = "state"   # graph names of the states: '<prefix>.f32.exp', ...
 
     def group(self, dtype: str) -> List[Slot]:
         return [s for s in self.slots if s.dtype == dtype]
@@ -147,26 +264,38 @@ class Layout:
 
     def states(self) -> List[Tuple[str, str, int]]:
         """(graph input name, role, length) of every state."""
+        return [(name, role, n) for name, role, n, _ in self.state_types()]
+
+    def state_types(self) -> List[Tuple[str, str, int, str]]:
+        """(graph input name, role, length, numpy dtype name) of every state."""
         out = []
-        for dtype, tag, pieces in (("float32", "f32", F32_PIECES), ("int32", "i32", I32_PIECES)):
+        for dtype, tag in _TAGS:
             n = self.length(dtype)
             if n:
-                out += [(f"state.{tag}.{p}", f"{tag}_{p}", n) for p in pieces]
+                out += [(f"{self.prefix}.{tag}.{p}", f"{tag}_{p}", n,
+                         self.codec.piece_dtype(dtype))
+                        for p in self.codec.pieces(dtype)]
         return out
 
+    def piece_names(self, dtype: str) -> List[str]:
+        tag = dict(_TAGS)[dtype]
+        return [f"{self.prefix}.{tag}.{p}" for p in self.codec.pieces(dtype)]
 
-def make_layout(names: Sequence[str], roles: Sequence[str], structs) -> Layout:
+
+def make_layout(names: Sequence[str], roles: Sequence[str], structs,
+                codec: Codec = CODECS["f16x3"], *, prefix: str = "state",
+                what: str = "state='mlstate'", instead: str = "use state='io'") -> Layout:
     """Where each leaf (``structs``: shape and canonical numpy dtype) lives in the states."""
     slots, offsets = [], {"float32": 0, "int32": 0}
     for name, role, t in zip(names, roles, structs):
         dt = np.dtype(t.dtype).name
         if dt not in offsets:
-            raise ArgumentError(f"state='mlstate' stores float32 and int32 leaves; '{name}' is "
-                                f"{dt} (use state='io')")
+            raise ArgumentError(f"{what} stores float32 and int32 leaves; '{name}' is "
+                                f"{dt} ({instead})")
         size = int(np.prod(t.shape, dtype=np.int64))
         slots.append(Slot(name, role, dt, tuple(t.shape), offsets[dt], size))
         offsets[dt] += size
-    return Layout(tuple(slots), sum(r == "param" for r in roles))
+    return Layout(tuple(slots), sum(r == "param" for r in roles), codec, prefix)
 
 
 def state_bindings(layout: Layout) -> Dict[str, str]:
@@ -178,10 +307,10 @@ def unpack(layout: Layout, *pieces):
     """Traced: state pieces -> leaves in layout order."""
     it = iter(pieces)
     flat = {}
-    if layout.length("float32"):
-        flat["float32"] = decode_f32(next(it), next(it), next(it))
-    if layout.length("int32"):
-        flat["int32"] = decode_i32(next(it), next(it), next(it))
+    for dtype, _ in _TAGS:
+        if layout.length(dtype):
+            k = len(layout.codec.pieces(dtype))
+            flat[dtype] = layout.codec.decode(dtype, *[next(it) for _ in range(k)])
     return [lax.slice(flat[s.dtype], (s.offset,), (s.offset + s.size,)).reshape(s.shape)
             for s in layout.slots]
 
@@ -189,35 +318,32 @@ def unpack(layout: Layout, *pieces):
 def pack(layout: Layout, *leaves):
     """Traced: leaves in layout order -> state pieces."""
     out = []
-    for dtype, enc in (("float32", encode_f32), ("int32", encode_i32)):
+    for dtype, _ in _TAGS:
         group = [x for s, x in zip(layout.slots, leaves) if s.dtype == dtype]
         if group:
-            out += list(enc(jnp.concatenate([x.reshape(-1) for x in group])))
+            out += layout.codec.encode(dtype, jnp.concatenate([x.reshape(-1) for x in group]))
     return out
 
 
 # -- graph rewrite: io-mode graph -> state graph ----------------------------------------------
 def rewrite_to_states(g, layout: Layout, in_vals, out_vals, n_outputs: int) -> None:
     """Replace the graph inputs ``in_vals`` (params + optimizer state leaves, in ``layout``
-    order) by decoded Core ML states and the outputs ``out_vals`` (their new values) by
+    order) by decoded states and the outputs ``out_vals`` (their new values) by
     encoded writes named as ``state_bindings(layout)`` says. Keeps the first ``n_outputs``
     graph outputs (loss, aux)."""
     from ..frontend.interpreter import Lowering
-    from ..ir import DType, TensorType
+    from ..ir import TensorType, dtype_from_numpy
     from ..transforms.rewrite import substitute
 
     piece_inputs = []
-    for name, _, n in layout.states():
-        v = g.new_value(TensorType((n,), DType.f16))
+    for name, _, n, dt in layout.state_types():
+        v = g.new_value(TensorType((n,), dtype_from_numpy(np.dtype(dt))))
         piece_inputs.append((name, v))
     drop = {v.id for v in in_vals}
     g.inputs = piece_inputs + [(n, v) for n, v in g.inputs if v.id not in drop]
 
-    def sds(n):
-        return jax.ShapeDtypeStruct((n,), jnp.float16)
-
     closed = jax.make_jaxpr(lambda *p: unpack(layout, *p))(
-        *[sds(n) for _, _, n in layout.states()])
+        *[jax.ShapeDtypeStruct((n,), dt) for _, _, n, dt in layout.state_types()])
     n0 = len(g.nodes)
     decoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, [v for _, v in piece_inputs])
     g.nodes = g.nodes[n0:] + g.nodes[:n0]   # the decode reads only the states: run it first
@@ -236,20 +362,20 @@ def rewrite_to_states(g, layout: Layout, in_vals, out_vals, n_outputs: int) -> N
 # -- the same packing on the host ----------------------------------------------------
 def host_pack(layout: Layout, leaves) -> Dict[str, np.ndarray]:
     out = {}
-    for dtype, tag, enc, names in (("float32", "f32", encode_f32_np, F32_PIECES),
-                                   ("int32", "i32", encode_i32_np, I32_PIECES)):
+    for dtype, _ in _TAGS:
         group = [np.asarray(x, dtype).reshape(-1) for s, x in zip(layout.slots, leaves)
                  if s.dtype == dtype]
         if group:
-            out.update(zip((f"state.{tag}.{p}" for p in names), enc(np.concatenate(group))))
+            out.update(zip(layout.piece_names(dtype),
+                           layout.codec.host_encode(dtype, np.concatenate(group))))
     return out
 
 
 def host_unpack(layout: Layout, pieces: Dict[str, np.ndarray]) -> List[np.ndarray]:
     flat = {}
-    if layout.length("float32"):
-        flat["float32"] = decode_f32_np(*(pieces[f"state.f32.{p}"] for p in F32_PIECES))
-    if layout.length("int32"):
-        flat["int32"] = decode_i32_np(*(pieces[f"state.i32.{p}"] for p in I32_PIECES))
+    for dtype, _ in _TAGS:
+        if layout.length(dtype):
+            flat[dtype] = layout.codec.host_decode(
+                dtype, *(pieces[n] for n in layout.piece_names(dtype)))
     return [flat[s.dtype][s.offset:s.offset + s.size].reshape(s.shape).copy()
             for s in layout.slots]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .. import formats, metadata
@@ -34,10 +34,10 @@ from ..api import CoreMLFunction
 from ..errors import ArgumentError, RlxError
 from ..frontend import Traced, arg_names
 from ..frontend.interpreter import Lowering
-from ..ir import DType, TensorType, verify
+from ..ir import TensorType, dtype_from_numpy, verify
 from ..transforms.rewrite import dce, substitute
 from .frozen import bake_weights
-from .mlstate import F32_PIECES, Layout, decode_f32
+from .mlstate import Layout
 
 TRAIN_FUNCTION, PREDICT_FUNCTION = "train_step", "predict"
 
@@ -89,21 +89,23 @@ def _params_from_states(traced: Traced, params, layout: Layout) -> Traced:
     if got != [(s.shape, s.dtype) for s in slots]:
         raise RlxError(f"internal: predict's parameters {got} are not the train step's")
     p_vals = [v for _, v in g.inputs[:n_p]]
-    pieces = [(name, g.new_value(TensorType((n,), DType.f16)))
-              for name, _, n in layout.states()]
+    pieces = [(name, g.new_value(TensorType((n,), dtype_from_numpy(np.dtype(dt)))))
+              for name, _, n, dt in layout.state_types()]
     g.inputs = pieces + list(g.inputs[n_p:])
     total = sum(s.size for s in slots)
 
-    def decode(code, hi, lo):  # the params prefix of the fp32 vector, as mlstate.unpack
-        flat = decode_f32(*(lax.slice(p, (0,), (total,)) for p in (code, hi, lo)))
+    def decode(*f32_pieces):  # the params prefix of the fp32 vector, as mlstate.unpack
+        flat = layout.codec.decode("float32", *(lax.slice(p, (0,), (total,))
+                                                for p in f32_pieces))
         return [lax.slice(flat, (s.offset,), (s.offset + s.size,)).reshape(s.shape)
                 for s in slots]
 
-    f32 = [v for name, v in pieces if name.startswith("state.f32.")]
-    if len(f32) != len(F32_PIECES):
+    f32_names = set(layout.piece_names("float32"))
+    f32 = [v for name, v in pieces if name in f32_names]
+    if len(f32) != len(f32_names):
         raise RlxError("internal: the state layout has no fp32 pieces")
     closed = jax.make_jaxpr(decode)(
-        *[jax.ShapeDtypeStruct(v.type.shape, jnp.float16) for v in f32])
+        *[jax.ShapeDtypeStruct(v.type.shape, v.type.dtype.np) for v in f32])
     n0 = len(g.nodes)
     decoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, f32)
     g.nodes = g.nodes[n0:] + g.nodes[:n0]   # the decode reads only the states: run it first
@@ -148,7 +150,7 @@ def compile_predict(step, program, fn: Callable, example_inputs):
     layout = program.layout
     meta = {"state": layout.mode, "params": "states" if layout.mode == "mlstate" else "inputs"}
     if layout.mode == "mlstate":  # where the params live in the states it reads
-        meta.update(encoding="rlxjax-f32x3-v1",
+        meta.update(encoding=layout.tensors.codec.name,
                     states=[s.row() for s in layout.states],
                     tensors=[{"name": s.name, "shape": list(s.shape), "offset": s.offset,
                               "size": s.size}

@@ -50,8 +50,9 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     their gradients averaged into one optimizer update (training/microbatch.py): the
     whole-batch step for a loss that is a mean over examples, with about ``1/k`` of its
     activations live.
-    ``format="aimodel"``: the step as a Core AI program run on Apple's runtime (first slice,
-    docs/coreai.md: ``state="io"``, fp32, no trainable= / compress= / flexible= / random=).
+    ``format="aimodel"``: the step as a Core AI program run on Apple's runtime
+    (docs/coreai.md; ``state="mlstate"`` keeps fp32 / int32 leaves in Core AI states as they
+    are; fp32 only, no flexible= / random= yet).
     """
     check_microbatches(microbatches)
     if microbatches > 1:
@@ -65,9 +66,9 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
             raise ArgumentError(f"microbatches={microbatches} does not combine with "
                                 f"{', '.join(asked)} (yet)")
     if format != formats.DEFAULT:
-        _check_first_slice(format, state, precision, trainable, compress, flexible, random)
+        _check_first_slice(format, precision, flexible)
         target = formats.resolve_target(target, format)
-    if state == "mlstate":
+    elif state == "mlstate":
         target = formats.resolve_target("iOS18" if target is None else target)
         target.require("iOS18", "state='mlstate' (Core ML states)")
     target = formats.resolve_target("iOS17" if target is None else target)  # once
@@ -77,7 +78,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
                                 "compress= / flexible= (yet): use precision='fp32' for those")
         return MixedTrainStep(loss, optimizer, state=state, has_aux=has_aux,
                               loss_scale=loss_scale, static_argnums=(), target=target,
-                              backend=backend, random=random)
+                              backend=backend, random=random, format=format)
     if loss_scale is not None:
         raise ArgumentError("loss_scale= is for precision='mixed' (fp16 compute) only")
     if precision != "fp32":
@@ -93,18 +94,14 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
                    format=format)
     if trainable is None and compress is None:
         return TrainStep(loss, optimizer, microbatches=microbatches, **options)
-    check_split_options(trainable, compress, target, formats.get())
+    check_split_options(trainable, compress, target, formats.get(format))
     return MaskedTrainStep(loss, optimizer, trainable=trainable, compress=compress, **options)
 
 
-def _check_first_slice(format, state, precision, trainable, compress, flexible, random):
+def _check_first_slice(format, precision, flexible):
     """What the Core AI format's training steps do not do yet, refused by name."""
-    asked = [name for name, on in (("state='mlstate'", state != "io"),
-                                   (f"precision={precision!r}", precision != "fp32"),
-                                   ("trainable=", trainable is not None),
-                                   ("compress=", compress is not None),
-                                   ("flexible=", bool(flexible)),
-                                   (f"random={random!r}", random is not None)) if on]
+    asked = [name for name, on in ((f"precision={precision!r}", precision != "fp32"),
+                                   ("flexible=", bool(flexible))) if on]
     if asked:
-        raise ArgumentError(f"format={format!r} training steps take state='io' in fp32 only "
+        raise ArgumentError(f"format={format!r} training steps are fp32 with static shapes "
                             f"(yet): {', '.join(asked)} is not implemented for it")

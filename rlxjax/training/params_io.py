@@ -89,23 +89,32 @@ def load_params(path, like, *, strict: bool = True):
         raise ArgumentError(f"cannot read parameters from {path}: {e}") from None
     except (SafetensorError, ValueError) as e:
         raise ArgumentError(f"{path} is not a safetensors file ({e})") from None
+    return check_named(stored, like, path, strict=strict)
+
+
+def check_named(stored: Dict[str, np.ndarray], like, where: str, *, strict: bool = True,
+                hint: str = "pass strict=False to ignore them"):
+    """The pytree of ``like`` built from ``stored`` (tensor name -> array, names as
+    ``leaf_names`` gives them), checked leaf by leaf: a missing, mis-shaped or mis-typed
+    tensor - or, with ``strict``, an extra one - is an ArgumentError naming it and
+    ``where`` the tensors came from (a file, a Flower message)."""
     names, leaves, treedef = leaf_names(like)
     missing = [n for n in names if n not in stored]
     if missing:
-        raise ArgumentError(f"{path} has no tensor '{missing[0]}' (missing: {missing[:5]}; "
-                            f"the file holds {sorted(stored)[:8]}): it was written for "
+        raise ArgumentError(f"{where} has no tensor '{missing[0]}' (missing: {missing[:5]}; "
+                            f"it holds {sorted(stored)[:8]}): it was written for "
                             "another model")
     extra = sorted(set(stored) - set(names))
     if extra and strict:
-        raise ArgumentError(f"{path} holds tensor '{extra[0]}' that the parameters do not "
-                            f"have (extra: {extra[:5]}); pass strict=False to ignore them")
+        raise ArgumentError(f"{where} holds tensor '{extra[0]}' that the parameters do not "
+                            f"have (extra: {extra[:5]}); {hint}")
     out = []
     for name, want in zip(names, leaves):
         arr = stored[name]
         shape = tuple(np.shape(want))
         dtype = np.dtype(want.dtype) if hasattr(want, "dtype") else np.asarray(want).dtype
         if arr.shape != shape or arr.dtype != dtype:
-            raise ArgumentError(f"tensor '{name}' in {path} is {arr.dtype}{list(arr.shape)}, "
+            raise ArgumentError(f"tensor '{name}' in {where} is {arr.dtype}{list(arr.shape)}, "
                                 f"the parameter is {dtype}{list(shape)}")
         out.append(arr)
     return jax.tree_util.tree_unflatten(treedef, out)

@@ -34,7 +34,8 @@ _LEAF = object()
 
 
 def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: str,
-                      differentiate=None, grads_given: bool = False) -> Traced:
+                      differentiate=None, codec: str = "f16x3",
+                      grads_given: bool = False) -> Traced:
     """The training graph of the traced ``loss(params, *batch)`` (traced as a function of
     ``(params, opt_state, *batch)``); ``args`` are what it was traced with.
     ``differentiate``: the graph value the backward pass starts from, when it is not the
@@ -79,7 +80,7 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
         traced.custom_rules.backward)
     new_p, new_s = _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state)
     if mode == "mlstate":
-        return _to_states(traced, args, p_vals + s_vals, new_p + new_s)
+        return _to_states(traced, args, p_vals + s_vals, new_p + new_s, codec)
 
     p_paths = jax.tree_util.tree_flatten_with_path(params)[0]
     s_paths = jax.tree_util.tree_flatten_with_path(opt_state)[0]
@@ -127,10 +128,10 @@ def _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state):
     return outs[:n_p], outs[n_p:]
 
 
-def _to_states(traced: Traced, args, in_vals, out_vals) -> Traced:
-    """mlstate: params and optimizer state become Core ML states (mlstate.py)."""
+def _to_states(traced: Traced, args, in_vals, out_vals, codec: str) -> Traced:
+    """mlstate: params and optimizer state become the format's states (mlstate.py)."""
     g, n = traced.graph, len(in_vals)
-    layout = state_layout(args[0], args[1])
+    layout = state_layout(args[0], args[1], codec)
     got = [(name, tuple(v.type.shape), v.dtype.np.name) for name, v in g.inputs[:n]]
     want = [(s.name, s.shape, s.dtype) for s in layout.slots]
     if got != want:
@@ -156,6 +157,9 @@ class TrainProgram:
     # mlstate: the (params, opt_state) shapes and dtypes it was compiled for, as pytrees of
     # ShapeDtypeStruct (the host values are not program inputs, so they key its cache)
     structs: Optional[Tuple[Any, Any]] = None
+    # the arguments it was compiled for, as ShapeDtypeStructs (to lower it again: a
+    # package whose other functions add states, training/functions.py)
+    args: Tuple[Any, ...] = ()
 
     @property
     def state_layout(self) -> Optional[Layout]:
@@ -167,17 +171,27 @@ class TrainProgram:
         return tuple(jax.tree_util.tree_structure(t) for t in self.structs)
 
 
-def compile_program(step, args, *, mode: str, has_aux: bool) -> TrainProgram:
+def compile_program(step, args, *, mode: str, has_aux: bool,
+                    codec: str = "f16x3") -> TrainProgram:
     """Lower and compile ``step`` (a TrainStep) for ``args`` = (params, opt_state, *batch)
     (mlstate: params and opt_state as ShapeDtypeStruct trees), and record its layout in
     the package metadata."""
     compiled = step.lower(*args).compile(keep_weight_layout=True)  # shared with predict
     n_p = len(jax.tree_util.tree_leaves(args[0]))
     n_s = len(jax.tree_util.tree_leaves(args[1]))
-    tensors = state_layout(args[0], args[1]) if mode == "mlstate" else None
+    tensors = state_layout(args[0], args[1], codec) if mode == "mlstate" else None
     host = compiled._traced.host
     layout = TrainLayout.of_program(compiled, mode, n_p, n_s, has_aux, tensors,
                                     n_random=0 if host is None else len(host.inputs))
     metadata.write(compiled.metadata, metadata.TRAIN, layout.metadata())
     structs = (args[0], args[1]) if mode == "mlstate" else None
-    return TrainProgram(compiled, layout, structs)
+    return TrainProgram(compiled, layout, structs, _shapes(args))
+
+
+def _shapes(args):
+    """``args`` as ShapeDtypeStructs (a PRNG key keeps its key dtype)."""
+    from ..calling import leaf_sig
+
+    return jax.tree_util.tree_map(
+        lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
+        jax.ShapeDtypeStruct(*leaf_sig(x)), tuple(args))

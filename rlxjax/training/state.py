@@ -17,8 +17,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class DeviceState:
-    """The Core ML state of one compiled mlstate program (``MLModel.make_state()`` on
-    Core ML, a ``ReferenceState`` on the reference backend), updated in place by each step.
+    """The device state of one compiled mlstate program (``MLModel.make_state()`` on
+    Core ML, a ``ReferenceState`` on the reference backend, a worker's states on Core AI),
+    updated in place by each step.
     ``version`` counts the steps taken on it, so a TrainState from before the latest step
     is recognised as consumed."""
 
@@ -38,8 +39,8 @@ class DeviceState:
             self.handle.write_state(self.mil_names[name], arr)
 
     def read_pieces(self) -> Dict[str, np.ndarray]:
-        return {name: np.asarray(self.handle.read_state(self.mil_names[name]), np.float16)
-                for name, _, _ in self.layout.states()}
+        return {name: np.asarray(self.handle.read_state(self.mil_names[name]), dtype)
+                for name, _, _, dtype in self.layout.state_types()}
 
     def read_leaves(self) -> List[np.ndarray]:
         return host_unpack(self.layout, self.read_pieces())

@@ -16,6 +16,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 import jax
 import numpy as np
 
+from .. import formats
 from ..api import Compiled, CoreMLFunction
 from ..errors import ArgumentError, RlxError
 from ..frontend import Traced, arg_names, path_name
@@ -61,12 +62,18 @@ class TrainStep(CoreMLFunction):
     # -- CoreMLFunction hooks: ``step.lower(params, opt_state, *batch)`` -----------------
     def _transform(self, traced: Traced, args) -> Traced:
         return build_train_graph(traced, args, self.optimizer, has_aux=self.has_aux,
-                                 mode=self.state_mode, grads_given=self.microbatches > 1)
+                                 mode=self.state_mode, codec=self.state_codec,
+                                 grads_given=self.microbatches > 1)
 
     def _states(self, args):
         if self.state_mode != "mlstate":
             return None
-        return state_bindings(state_layout(args[0], args[1]))
+        return state_bindings(state_layout(args[0], args[1], self.state_codec))
+
+    @property
+    def state_codec(self) -> str:
+        """How this step's format stores fp32 / int32 leaves in its states (mlstate.py)."""
+        return formats.REGISTRY[self.format_name].state_codec
 
     # -- programs ------------------------------------------------------------------------
     @property
@@ -97,7 +104,7 @@ class TrainStep(CoreMLFunction):
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = compile_program(
-                self, args, mode=self.state_mode, has_aux=self.has_aux)
+                self, args, mode=self.state_mode, has_aux=self.has_aux, codec=self.state_codec)
         self._latest = program
         return program
 
@@ -196,15 +203,28 @@ class TrainStep(CoreMLFunction):
                 bar.update(1)
         return state, history
 
-    def save(self, path, predict=None) -> str:
+    def save(self, path, predict=None, *, functions=None, state=1,
+             state_precision: str = "exact") -> str:
         """Save the training program last run (call the step once first). With
         ``predict=(fn, *example_inputs)`` the package is a multifunction ML Program (iOS18)
         with functions ``train_step`` (the default) and ``predict`` = ``fn(params,
         *inputs)``; in mlstate mode both use the same Core ML states, so predict reads the
-        weights the latest step wrote (training/multifunction.py)."""
+        weights the latest step wrote (training/multifunction.py).
+
+        ``functions={"prefill": (fn, cache, *example_inputs), "decode": ...}``: inference
+        functions ``fn(params, cache, *inputs) -> (out, new_cache)`` beside ``train_step``,
+        their ``cache`` (argument ``state``: a name or fn's position, default 1) in device
+        state as ``coreml_jit(fn, state=...)`` keeps it (training/functions.py)."""
         if self._latest is None:
             raise RlxError("nothing compiled yet: call the step once (or step.lower(...)) "
                            "so that the batch shapes are known, then save")
+        if functions is not None:
+            if predict is not None:
+                raise ArgumentError("pass predict= or functions=, not both")
+            from .functions import save_train_functions
+
+            return save_train_functions(self, self._latest, path, functions, state,
+                                        state_precision)
         if predict is not None:
             from .multifunction import save_train_predict
 

@@ -18,7 +18,8 @@ needs nothing from around them.
 - ``recognize_activations`` (after the norms, which take precedence) fuses softmax,
   log_softmax, gelu and silu (transforms/recognize_activations.py) for the same reason;
   ``recognize_attention`` then fuses ``softmax(q·kᵀ·scale + mask)·v`` (it needs the fused
-  softmax).
+  softmax; with a bool mask only where the format says it lowers one,
+  ``Format.attention_bool_masks``).
 - ``inline_remat`` replaces each ``remat`` node (``jax.checkpoint``) by its body once the
   grad transform has recomputed, in the backward pass, what the policy did not save.
 - ``drop_remat_barriers`` (run by ``Lowered.compile`` for a format without a lowering of
@@ -68,7 +69,7 @@ class Pass:
 PASSES: Dict[str, Pass] = {p.name: p for p in (
     Pass("recognize_norms", recognize_norms),
     Pass("recognize_activations", recognize_activations),
-    Pass("recognize_attention", recognize_attention),
+    Pass("recognize_attention", recognize_attention, options=("attention_bool_masks",)),
     Pass("inline_custom_calls", inline_custom_calls, regions=False),
     Pass("inline_remat", inline_remat),
     Pass("drop_remat_barriers", drop_remat_barriers),

@@ -1,6 +1,7 @@
 """Recognise scaled dot-product attention as the fused RLX ``attention`` op.
 
-``recognize_attention(graph)`` rewrites ``graph`` in place and returns ``{"attention": n}``.
+``recognize_attention(graph)`` rewrites ``graph`` in place and returns ``{"attention": n}``
+(``attention_bool_masks=False``: no op with a bool mask, for a format that lowers none).
 It runs after recognize_activations, so the softmax is already one node. The pattern:
 
     scores = dot_general(q·c_q, k·c_k) · c (+ mask)     one contracted dim (E), one free
@@ -13,12 +14,13 @@ with ``c_q``, ``c_k``, ``c`` scalar constants (their product is the op's ``scale
 divides q by sqrt(depth), a hand-written block divides the scores) and ``mask`` a float of
 the scores' dtype added to them. q, k and v are transposed to the op's layout
 ([batch..., L, E], [batch..., S, E], [batch..., S, EV]) and the result back to the layout
-the second dot_general produced. jax.nn.dot_product_attention's layout (scores transposed
-before the softmax, a size-1 query-group dim, no mask) is matched by attention_layouts.py.
-A boolean mask through ``where`` (``select``) becomes an additive 0/-inf mask when that is
-the same function (attention_masks.py). Everything else (a boolean mask that is not a
-constant or masks a whole row, a softmax over another axis, a batch
-dim of v paired differently, grouped-query attention) stays as it is.
+the second dot_general produced. Every other layout (jax.nn.dot_product_attention's,
+grouped-query and multi-query attention, logits reshaped around the softmax, masks that
+are inputs) is matched by attention_layouts.py. A boolean mask through ``where``
+(``select``) becomes an additive 0/-inf mask when that is the same function, else the
+op's bool mask (attention_masks.py). Everything else (a softmax over another axis, a
+batch dim of v paired differently, a fill too close to the scores, two masks at once,
+scores soft-capped or otherwise transformed) stays as it is.
 """
 from __future__ import annotations
 
@@ -33,11 +35,11 @@ from .rewrite import Appender, dce, substitute
 __all__ = ["recognize_attention"]
 
 
-def recognize_attention(graph: Graph) -> Dict[str, int]:
+def recognize_attention(graph: Graph, attention_bool_masks: bool = True) -> Dict[str, int]:
     matches = {}
     for node in graph.nodes:
         if node.op == "dot_general" and node.output.dtype.is_float and node.output.type.is_static:
-            m = _match(node)
+            m = _match(node, attention_bool_masks)
             if m is not None:
                 matches[id(node)] = m
     if not matches:
@@ -81,7 +83,7 @@ def _unscaled(v: Value) -> Tuple[float, Value]:
     return 1.0, v
 
 
-def _match(d2) -> Optional[dict]:
+def _match(d2, bool_masks: bool = True) -> Optional[dict]:
     (lb, rb), (lc, rc) = d2.params["batch"], d2.params["contract"]
     a, b = d2.inputs
     for p_val, v, pb, pc, vb, vc, p_lhs in ((a, b, lb, lc, rb, rc, True),
@@ -91,26 +93,19 @@ def _match(d2) -> Optional[dict]:
             continue
         r = p_val.type.rank
         nb = r - 2
-        general = match_general(d2, pn, p_val, v, pb, pc, vb, vc, p_lhs, _unscaled)
         if nb < 1 or pn.params["axis"] != r - 1:
-            if general is not None:
-                return general
             continue
         if tuple(pb) != tuple(range(nb)) or tuple(pc) != (nb + 1,) or len(vc) != 1:
-            if general is not None:
-                return general
             continue
         v_free = _free(v.type.rank, vb, vc)
         if len(v_free) != 1 or v.type.rank != r:
             continue
         scores = _scores(pn.inputs[0], nb)
         if scores is None:
-            if general is not None:
-                return general
             continue
         return dict(scores, v=v, v_perm=tuple(vb) + (vc[0], v_free[0]), p_lhs=p_lhs, nb=nb,
                     out_type=d2.output.type)
-    return None
+    return match_general(d2, _unscaled, bool_masks)
 
 
 def _scores(s: Value, nb: int) -> Optional[dict]:

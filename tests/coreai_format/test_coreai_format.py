@@ -105,9 +105,9 @@ def test_broadcasting_binary_ops_are_exact(shapes, name):
 
 def test_an_op_it_cannot_lower_names_the_primitive_and_the_line():
     def f(x):
-        return jnp.floor(x)  # Core AI has no floor (issue 23: to be composed exactly)
+        return jax.lax.cbrt(x)  # not lowered for Core AI (yet)
 
-    with pytest.raises(rlxjax.UnsupportedPrimitiveError, match=r"'floor' at .*test_coreai_format"):
+    with pytest.raises(rlxjax.UnsupportedPrimitiveError, match=r"'cbrt' at .*test_coreai_format"):
         rlxjax.coreml_jit(f, format="aimodel").lower(_f32(4)).compile()
 
 
@@ -240,8 +240,8 @@ def test_an_adam_training_step_trains_as_jax_and_optax_do():
 def test_what_the_first_slice_does_not_train_is_refused_by_name():
     import optax
 
-    with pytest.raises(rlxjax.ArgumentError, match="state='mlstate' is not implemented"):
-        rlxjax.coreml_train_step(lambda p, x: (p * x).sum(), optax.sgd(0.1), state="mlstate",
+    with pytest.raises(rlxjax.ArgumentError, match="precision='mixed' is not implemented"):
+        rlxjax.coreml_train_step(lambda p, x: (p * x).sum(), optax.sgd(0.1), precision="mixed",
                                  format="aimodel")
 
 
@@ -250,7 +250,7 @@ def test_a_persistent_worker_that_dies_is_an_error(tmp_path):
 
     s = Session(str(tmp_path / "missing.aimodel"))
     with pytest.raises(CoreAIRuntimeError, match="the Core AI runtime (died|failed)"):
-        s({"x": np.ones(2, np.float32)})
+        s("main", {"x": np.ones(2, np.float32)})
 
 
 def test_rlxjax_compile_writes_an_aimodel_that_loads_and_runs(tmp_path, monkeypatch):

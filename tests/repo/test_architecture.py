@@ -198,13 +198,14 @@ def test_one_module_defines_the_metadata_keys():
 
 
 _KEY_NAMES = {"version", "io", "empty", "random", "nan_sign", "train", "predict", "functions",
-              "params"}
+              "params", "stateful", "states"}
 
 
 def test_import_and_a_wrapper_load_no_format_library():
     """Pay for what you use: ``import rlxjax``, ``rlxjax --help``'s imports and building a
     ``coreml_jit`` / ``coreml_train_step`` wrapper import neither coremltools nor coreai;
-    the first compile does (rlxjax/formats/)."""
+    the first compile does (rlxjax/formats/). Nor do they import Flower (the optional
+    extra rlxjax[flower]: only ``import rlxjax.flower`` does)."""
     import subprocess
     import sys
 
@@ -212,7 +213,8 @@ def test_import_and_a_wrapper_load_no_format_library():
         "import sys, optax, rlxjax, rlxjax.cli\n"
         "f = rlxjax.coreml_jit(lambda x: x * 2, target='iOS18')\n"
         "s = rlxjax.coreml_train_step(lambda p, x: (p * x).sum(), optax.sgd(0.1))\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('coremltools', 'coreai'))\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in\n"
+        "             ('coremltools', 'coreai', 'flwr', 'flwr_datasets', 'ray', 'datasets'))\n"
         "assert not bad, bad[:5]\n"
         "import numpy as np\n"
         "f(np.ones(3, np.float32))\n"

@@ -29,7 +29,10 @@ def _exception_classes():
                 continue
             rel = os.path.relpath(os.path.join(folder, f), os.path.dirname(root))[:-3]
             modname = rel.replace(os.sep, ".").removesuffix(".__init__")
-            mod = importlib.import_module(modname)
+            try:
+                mod = importlib.import_module(modname)
+            except rlxjax.errors.BackendUnavailableError:
+                continue  # a module of an optional extra that is not installed (rlxjax.flower)
             for name, obj in vars(mod).items():
                 if (inspect.isclass(obj) and issubclass(obj, BaseException)
                         and obj.__module__ == modname and not name.startswith("_")):
@@ -141,7 +144,7 @@ def _compile_cli():
 def _coreai_runtime(tmp):
     from rlxjax.coreai.worker import Session
 
-    Session(os.path.join(tmp, "missing.aimodel"))({"x": np.ones(2, np.float32)})
+    Session(os.path.join(tmp, "missing.aimodel"))("main", {"x": np.ones(2, np.float32)})
 
 
 def _ir_parse():

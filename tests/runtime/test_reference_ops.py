@@ -219,6 +219,20 @@ def test_parametric_activation(op, data):
     cross_check(op, kwargs)
 
 
+@pytest.mark.parametrize("op", checks("scaled_tanh"))
+@SETTINGS
+@given(data=st.data())
+def test_scaled_tanh(op, data):
+    """alpha·tanh(beta·x) (coremltools/converters/mil/mil/ops/defs/iOS15/activation.py);
+    iOS17 lets alpha and beta be fp32 with fp16 x."""
+    dtype = data.draw(st.sampled_from([F32, F16]))
+    opset = data.draw(st.sampled_from([IOS15, IOS17])) if dtype == F16 else IOS15
+    pdt = F32 if opset == IOS17 else dtype
+    a, b = (pdt(data.draw(st.floats(-60, 60, width=16))) for _ in range(2))
+    x = data.draw(arrays(dtype, data.draw(shapes(min_dims=1)), -200, 200))
+    cross_check(op, {"x": x, "alpha": a, "beta": b}, opset=opset)
+
+
 @SETTINGS
 @given(data=st.data())
 def test_silu_vs_jax(data):

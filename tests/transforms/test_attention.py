@@ -43,7 +43,7 @@ def _check(fun, args, target, argnums, expect_mask_grad=False):
 
     g = _compile(loss, args, target, grad=True, argnums=argnums)
     assert "attention_grad" in g.graph.op_histogram()
-    assert_tree_close(g(*args), jax.grad(loss, argnums=argnums)(*args), **TOL)
+    assert_tree_close(g(*args), jax.jit(jax.grad(loss, argnums=argnums))(*args), **TOL)
 
 
 def _attend(q, k, v, mask, scale, post_scale):

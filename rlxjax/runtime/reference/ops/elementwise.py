@@ -238,3 +238,13 @@ def gelu(inputs):
     else:
         raise ValueError(f"unknown gelu mode {mode!r}")
     return (out(res, x.dtype),)
+
+
+@register("scaled_tanh")
+def scaled_tanh(inputs):
+    """``alpha · tanh(beta · x)``, as coremltools' value_inference writes it (iOS17: alpha
+    and beta may be fp32 with fp16 x; numpy then computes in fp32, rounded once)."""
+    x = np.asarray(inputs["x"])
+    _check_float(x, "scaled_tanh")
+    alpha, beta = np.asarray(inputs["alpha"]), np.asarray(inputs["beta"])
+    return (out(alpha * np.tanh(x * beta), x.dtype),)

@@ -1,0 +1,1 @@
+"""rlxjax-digits: a Flower App federating LoRA adapters through rlxjax's compiled step."""

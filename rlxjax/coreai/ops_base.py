@@ -1,0 +1,191 @@
+"""The shared part of the RLX -> Core AI op rules: the lowering context (``Ctx``: constants,
+reshapes, small exact compositions every family uses), the rule registry (``rule``) and the
+refusal (``unsupported``).
+
+Each rule module (ops_elementwise.py, ops_shape.py, ops_nn.py, control.py) registers
+``fn(ctx, node, ins) -> value | [values]`` for the RLX ops it lowers; ops.py dispatches.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import numpy as np
+
+from ..errors import JAX_NAMES, UnsupportedPrimitiveError
+from ..ir import DType, TensorType
+from . import ca_private
+
+NP = {DType.f32: np.float32, DType.f16: np.float16, DType.i32: np.int32, DType.bool: np.bool_}
+
+#: RLX op -> rule(ctx, node, ins) returning one Core AI value or a list (one per output)
+RULES: Dict[str, Callable] = {}
+
+
+def rule(*ops: str):
+    def register(fn):
+        for op in ops:
+            RULES[op] = fn
+        return fn
+    return register
+
+
+def unsupported(node, detail="no Core AI lowering for this RLX op (yet)"):
+    return UnsupportedPrimitiveError(JAX_NAMES.get(node.op, node.op), node.source, detail)
+
+
+#: the dtypes the rules are written for (fp16 programs, int8 / uint8 values: not yet)
+DTYPES = (DType.f32, DType.i32, DType.bool)
+
+
+def check_type(t: TensorType, node=None) -> None:
+    """Refuse (UnsupportedPrimitiveError) a type the Core AI rules do not take yet: a
+    dtype other than f32 / i32 / bool, or a zero-size tensor (Core AI's compiler rejects
+    them: measured on a [1000, 0, 0] operand)."""
+    why = None
+    if t.dtype not in DTYPES:
+        why = f"{t.dtype} values are not lowered for Core AI yet (f32, i32 and bool are)"
+    elif any(d == 0 for d in t.shape):
+        why = f"zero-size tensors ({t}) are not lowered for Core AI yet"
+    if why:
+        if node is None:
+            raise UnsupportedPrimitiveError("dtype" if t.dtype not in DTYPES else "shape",
+                                            None, why)
+        raise unsupported(node, why)
+
+
+class Ctx:
+    """The Core AI authoring module (``ca``) and the small patterns the rules share. Values
+    carry no shapes the rules read: each rule passes the RLX types it knows."""
+
+    def __init__(self, ca):
+        self.ca = ca
+
+    def lower_nodes(self, nodes, env) -> None:
+        """Lowers ``nodes`` in order; ``env`` maps RLX value ids to Core AI values."""
+        for node in nodes:
+            fn = RULES.get(node.op)
+            if fn is None:
+                raise unsupported(node)
+            for v in list(node.inputs) + list(node.outputs):
+                check_type(v.type, node)
+            out = fn(self, node, [env[v.id] for v in node.inputs])
+            outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            if len(outs) != len(node.outputs):
+                raise unsupported(node, f"internal: {len(outs)} values for "
+                                        f"{len(node.outputs)} outputs")
+            for v, o in zip(node.outputs, outs):
+                env[v.id] = o
+
+    # -- constants -------------------------------------------------------------------------
+    def const(self, value, dtype=None):
+        return ca_private.constant(np.asarray(value, dtype))
+
+    def scalar(self, value, dtype: DType):
+        return self.const(value, NP[dtype])
+
+    def i32(self, values):
+        return self.const(np.asarray(values, np.int32).reshape(-1))
+
+    def u32(self, values):
+        return self.const(np.asarray(values, np.uint32).reshape(-1))
+
+    def full(self, value, t: TensorType):
+        if not t.shape:
+            return self.scalar(value, t.dtype)
+        return self.broadcast(self.scalar(value, t.dtype), t.shape, t.dtype)
+
+    # -- shapes ----------------------------------------------------------------------------
+    @staticmethod
+    def shape(v) -> tuple:
+        """The static shape of the Core AI value ``v``."""
+        return tuple(v.type.shape)
+
+    def reshape(self, x, shape):
+        return self.ca.reshape(x, self.i32(shape) if len(shape) else
+                               self.const(np.zeros((0,), np.int32)))
+
+    def transpose(self, x, perm):
+        perm = list(perm)
+        return x if perm == list(range(len(perm))) else self.ca.transpose(x, self.u32(perm))
+
+    def broadcast(self, x, shape, dtype: DType):
+        """``x`` broadcast to ``shape`` (the result type given: the authoring API infers a
+        dynamic one from a constant shape)."""
+        return ca_private.typed("broadcast_to", shape, dtype.np.name, input=x,
+                                shape=np.asarray(shape, np.int32))
+
+    def gather_along(self, x, idx, axis: int, shape, dtype: DType):
+        """take_along_axis(x, idx, axis), ``idx`` of the result's ``shape``."""
+        return ca_private.typed("gather_along_axis", shape, dtype.np.name, input=x,
+                                indices=idx, axis=np.int32(axis))
+
+    def slice(self, x, start, end, strides=None):
+        strides = [1] * len(start) if strides is None else strides
+        return self.ca.slice_(x, self.i32(start), self.i32(end), self.i32(strides))
+
+    def iota(self, n: int, axis: int, rank: int, dtype=np.int32):
+        """0..n-1 along ``axis`` of a rank-``rank`` tensor (size 1 elsewhere), a constant."""
+        shape = [1] * rank
+        shape[axis] = n
+        return self.const(np.arange(n, dtype=dtype).reshape(shape))
+
+    # -- exact elementwise patterns --------------------------------------------------------
+    def where(self, cond, on_true, on_false):
+        return self.ca.broadcasting_where(cond, on_true, on_false)
+
+    def add(self, a, b):
+        return self.ca.broadcasting_add(a, b)
+
+    def sub(self, a, b):
+        return self.ca.broadcasting_sub(a, b)
+
+    def mul(self, a, b):
+        return self.ca.broadcasting_mul(a, b)
+
+    def div(self, a, b):
+        return self.ca.broadcasting_divide(a, b)
+
+    def eq(self, a, b):
+        return self.ca.broadcasting_equal(a, b)
+
+    def ne(self, a, b):
+        return self.ca.broadcasting_not_equal(a, b)
+
+    def gt(self, a, b):
+        return self.ca.broadcasting_greater(a, b)
+
+    def lt(self, a, b):
+        return self.ca.broadcasting_greater(b, a)
+
+    def or_(self, a, b):
+        return self.ca.broadcasting_or(a, b)
+
+    def and_(self, a, b):
+        return self.ca.broadcasting_and(a, b)
+
+    def neg(self, x, dtype: DType):
+        # x * -1 keeps the sign of zero (0 - x would turn -0 into +0), exact for ints too
+        return self.mul(x, self.scalar(-1, dtype))
+
+    def isnan(self, x):
+        return self.ne(x, x)
+
+    def cast(self, x, dtype: DType):
+        return self.ca.cast(x, ca_private.dtype(dtype.np.name))
+
+    def reduce(self, kind: str, x, axes, keep_shape=None):
+        """``reduce_<kind>`` over ``axes`` (Core AI keeps the dims); reshaped to
+        ``keep_shape`` when given."""
+        v = getattr(self.ca, f"reduce_{kind}")(x, self.i32(sorted(axes)))
+        return v if keep_shape is None else self.reshape(v, keep_shape)
+
+    def sum_keep(self, x, axes):
+        return self.reduce("sum", x, axes)
+
+    def mean_keep(self, x, axes, shape):
+        """The mean over ``axes`` (dims kept): the sum divided by n."""
+        n = int(np.prod([shape[a] for a in axes], dtype=np.int64))
+        return self.div(self.sum_keep(x, axes), self.scalar(n, DType.f32))
+
+    def matmul(self, a, b):
+        return self.ca.batch_matmul(a, b)

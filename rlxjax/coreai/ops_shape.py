@@ -1,0 +1,269 @@
+"""RLX reductions, shape, linear and indexing ops -> Core AI (exact: they move elements, or
+reduce as Core AI's reductions do, sequentially):
+
+* reductions keep their dims in Core AI: a ``reshape`` drops them; Core AI's
+  ``reduce_max`` / ``reduce_min`` skip NaN (measured), JAX's propagate it: a NaN in the
+  reduced elements is selected back; bool reductions run on int32;
+* ``argmax`` / ``argmin``: the first index of the extreme value, a NaN counting as the
+  extreme (JAX's rule), composed from the reduction, ``equal`` and a ``reduce_min`` of
+  indices;
+* ``dot_general``: both operands transposed to (batch, free, contract) / (batch, contract,
+  free), reshaped to rank 3, one ``batch_matmul`` (no transpose flags in Core AI);
+* ``slice`` / ``concatenate`` / ``split`` / ``rev`` are ``slice`` / ``concat`` / ``reverse``;
+  ``pad`` (lax.pad: interior padding by a reshape + concat, negative edges by a slice);
+* ``dynamic_slice`` / ``dynamic_update_slice``: the starts clamped as JAX clamps them, then
+  ``gather_along_axis`` with the shifted index ranges (Core AI's ``slice`` with runtime
+  starts has a dynamic result type); the update is placed by gathers and selected by the
+  window's mask;
+* ``gather_nd`` is Core AI's; ``scatter_nd`` flattens the indexed dims to one and is a
+  ``scatter_along_axis`` in the op's mode (Core AI's ``scatter_nd`` cannot combine);
+* ``cumsum`` is Core AI's ``scan`` with the ``sum`` combiner.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DType
+from .ops_base import rule, unsupported
+
+_REDUCE = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
+           "reduce_prod": "product"}
+
+
+def _t(node, i=0):
+    return node.inputs[i].type
+
+
+@rule(*_REDUCE)
+def _reduce(ctx, node, ins):
+    x, t, axes = ins[0], _t(node), node.params["axes"]
+    out_t = node.outputs[0].type
+    if not axes:
+        return x
+    kind = _REDUCE[node.op]
+    if t.dtype == DType.bool:
+        if kind not in ("max", "min"):
+            raise unsupported(node, f"{node.op} of bool is not lowered for Core AI")
+        r = ctx.reduce(kind, ctx.cast(x, DType.i32), axes, out_t.shape)
+        return ctx.ne(r, ctx.scalar(0, DType.i32))
+    r = ctx.reduce(kind, x, axes)
+    if kind in ("max", "min") and t.dtype.is_float:  # Core AI skips NaN; JAX propagates it
+        nan = ctx.reduce("max", ctx.cast(ctx.isnan(x), DType.i32), axes)
+        r = ctx.where(ctx.ne(nan, ctx.scalar(0, DType.i32)), ctx.scalar(np.nan, t.dtype), r)
+    return ctx.reshape(r, out_t.shape)
+
+
+@rule("argmax", "argmin")
+def _arg(ctx, node, ins):
+    x, t, axis = ins[0], _t(node), node.params["axis"]
+    if t.dtype == DType.bool:
+        x, t = ctx.cast(x, DType.i32), t.with_dtype(DType.i32)
+    m = ctx.reduce("max" if node.op == "argmax" else "min", x, [axis])
+    hit = ctx.eq(x, m)
+    if t.dtype.is_float:  # the first NaN wins, as in JAX
+        nan = ctx.isnan(x)
+        any_nan = ctx.ne(ctx.reduce("max", ctx.cast(nan, DType.i32), [axis]),
+                         ctx.scalar(0, DType.i32))
+        hit = ctx.where(any_nan, nan, hit)
+    n = t.shape[axis]
+    idx = ctx.where(hit, ctx.iota(n, axis, t.rank), ctx.scalar(n, DType.i32))
+    return ctx.reduce("min", idx, [axis], node.outputs[0].type.shape)
+
+
+@rule("reshape")
+def _reshape(ctx, node, ins):
+    return ctx.reshape(ins[0], node.outputs[0].type.shape)
+
+
+@rule("transpose")
+def _transpose(ctx, node, ins):
+    return ctx.transpose(ins[0], node.params["perm"])
+
+
+@rule("rev")
+def _rev(ctx, node, ins):
+    axes = node.params["axes"]
+    return ctx.ca.reverse(ins[0], ctx.i32(axes)) if axes else ins[0]
+
+
+@rule("broadcast_in_dim")
+def _broadcast_in_dim(ctx, node, ins):
+    x, in_t, shape = ins[0], _t(node), node.outputs[0].type.shape
+    padded = [1] * len(shape)  # x's dims go to ``dims``: size-1-padded, then broadcast
+    for d, n in zip(node.params["dims"], in_t.shape):
+        padded[d] = n
+    v = ctx.reshape(x, padded) if tuple(padded) != tuple(in_t.shape) else x
+    return v if tuple(padded) == tuple(shape) else ctx.broadcast(v, shape, in_t.dtype)
+
+
+@rule("dot_general")
+def _dot_general(ctx, node, ins):
+    lhs, rhs = ins
+    (lc, rc), (lb, rb) = node.params["contract"], node.params["batch"]
+    lt, rt = _t(node, 0), _t(node, 1)
+    if not (lt.dtype.is_float and rt.dtype.is_float):
+        raise unsupported(node, "integer matmul is not lowered for Core AI yet")
+    lf = [d for d in range(lt.rank) if d not in lc and d not in lb]
+    rf = [d for d in range(rt.rank) if d not in rc and d not in rb]
+    size = lambda t, ds: int(np.prod([t.shape[d] for d in ds], dtype=np.int64))  # noqa: E731
+    nb, m, k, n = size(lt, lb), size(lt, lf), size(lt, lc), size(rt, rf)
+    lhs = ctx.transpose(lhs, list(lb) + lf + list(lc))
+    rhs = ctx.transpose(rhs, list(rb) + list(rc) + rf)
+    out = ctx.matmul(ctx.reshape(lhs, (nb, m, k)), ctx.reshape(rhs, (nb, k, n)))
+    return ctx.reshape(out, node.outputs[0].type.shape)
+
+
+@rule("concatenate")
+def _concatenate(ctx, node, ins):
+    parts = [v for v, t in zip(ins, node.inputs) if t.type.shape[node.params["axis"]] > 0]
+    if len(parts) == 1:
+        return parts[0]
+    return ctx.ca.concat(ctx.const(np.int32(node.params["axis"])), parts)
+
+
+@rule("slice")
+def _slice(ctx, node, ins):
+    p = node.params
+    return ctx.slice(ins[0], p["start"], p["limit"], p["strides"])
+
+
+@rule("split")
+def _split(ctx, node, ins):
+    axis, t, out, start = node.params["axis"], _t(node), [], 0
+    for n in node.params["sizes"]:
+        lo, hi = [0] * t.rank, list(t.shape)
+        lo[axis], hi[axis] = start, start + n
+        out.append(ctx.slice(ins[0], lo, hi))
+        start += n
+    return out
+
+
+@rule("pad")
+def _pad(ctx, node, ins):
+    x, value = ins
+    return lax_pad(ctx, x, list(_t(node).shape), node.params["config"], value, _t(node).dtype)
+
+
+def lax_pad(ctx, x, shape, config, value, dt):
+    """lax.pad of ``x`` (of ``shape``) by ``config`` ((lo, hi, interior) per axis, negative
+    edges crop) with the rank-0 ``value``."""
+    shape = list(shape)
+    for axis, (lo, hi, k) in enumerate(config):
+        d = shape[axis]
+        if k and d > 1:  # interior: [.., d, 1, ..] ++ [.., d, k, ..] -> [.., d*(k+1), ..], cut
+            col = ctx.reshape(x, shape[:axis] + [d, 1] + shape[axis + 1:])
+            fill = ctx.broadcast(value, shape[:axis] + [d, k] + shape[axis + 1:], dt)
+            x = ctx.ca.concat(ctx.const(np.int32(axis + 1)), [col, fill])
+            x = ctx.reshape(x, shape[:axis] + [d * (k + 1)] + shape[axis + 1:])
+            shape[axis] = d + (d - 1) * k
+            x = ctx.slice(x, [0] * len(shape), list(shape))
+        if lo > 0 or hi > 0:
+            widths = [0] * (2 * len(shape))
+            widths[2 * axis], widths[2 * axis + 1] = max(lo, 0), max(hi, 0)
+            x = ctx.ca.pad(x, ctx.u32(widths), value)
+            shape[axis] += max(lo, 0) + max(hi, 0)
+        if lo < 0 or hi < 0:
+            start, end = [0] * len(shape), list(shape)
+            start[axis], end[axis] = max(-lo, 0), shape[axis] - max(-hi, 0)
+            x = ctx.slice(x, start, end)
+            shape[axis] = end[axis] - start[axis]
+    return x
+
+
+def _clamped_start(ctx, s, dim: int, size: int):
+    """JAX's clamp of a start index: min(max(s, 0), dim - size), as int32 (rank 0)."""
+    i32 = DType.i32
+    s = ctx.ca.broadcasting_maximum(s, ctx.scalar(0, i32))
+    return ctx.ca.broadcasting_minimum(s, ctx.scalar(dim - size, i32))
+
+
+def _gather_range(ctx, x, shape, axis, start, n, dt):
+    """x[..., start:start+n, ...] along ``axis`` for a runtime ``start`` (rank 0)."""
+    idx_shape = list(shape)
+    idx_shape[axis] = n
+    idx = ctx.add(ctx.iota(n, axis, len(shape)), start)
+    return ctx.gather_along(x, ctx.broadcast(idx, idx_shape, DType.i32), axis, idx_shape, dt)
+
+
+@rule("dynamic_slice")
+def _dynamic_slice(ctx, node, ins):
+    x, starts, t = ins[0], ins[1:], _t(node)
+    sizes, shape = node.params["sizes"], list(t.shape)
+    for axis, (s, n) in enumerate(zip(starts, sizes)):
+        if n == shape[axis]:
+            continue  # the start clamps to 0
+        s = _clamped_start(ctx, _index(ctx, node, 1 + axis, s), shape[axis], n)
+        x = _gather_range(ctx, x, shape, axis, s, n, t.dtype)
+        shape[axis] = n
+    return x
+
+
+def _index(ctx, node, i, v):
+    return v if node.inputs[i].type.dtype == DType.i32 else ctx.cast(v, DType.i32)
+
+
+@rule("dynamic_update_slice")
+def _dynamic_update_slice(ctx, node, ins):
+    x, upd, starts = ins[0], ins[1], ins[2:]
+    t, ut = _t(node), _t(node, 1)
+    shape, mask = list(ut.shape), None
+    for axis, s in enumerate(starts):
+        d, n = t.shape[axis], ut.shape[axis]
+        if n == 0:
+            return x
+        s = _clamped_start(ctx, _index(ctx, node, 2 + axis, s), d, n)
+        pos = ctx.iota(d, axis, t.rank)
+        rel = ctx.sub(pos, s)  # the update's row for each of x's rows (clamped into it)
+        inside = ctx.and_(ctx.gt(rel, ctx.scalar(-1, DType.i32)),
+                          ctx.lt(rel, ctx.scalar(n, DType.i32)))
+        mask = inside if mask is None else ctx.and_(mask, inside)
+        idx = ctx.ca.broadcasting_minimum(ctx.ca.broadcasting_maximum(
+            rel, ctx.scalar(0, DType.i32)), ctx.scalar(n - 1, DType.i32))
+        shape[axis] = d
+        upd = ctx.gather_along(upd, ctx.broadcast(idx, shape, DType.i32), axis, shape, t.dtype)
+    return x if mask is None else ctx.where(mask, upd, x)
+
+
+@rule("gather_nd")
+def _gather_nd(ctx, node, ins):
+    return ctx.ca.gather_nd(ins[0], _index(ctx, node, 1, ins[1]))
+
+
+_SCATTER_MODES = {"update": "update", "add": "add", "mul": "mul", "max": "max", "min": "min"}
+
+
+@rule("scatter_nd")
+def _scatter_nd(ctx, node, ins):
+    x, idx, upd = ins
+    xt, it = _t(node), _t(node, 1)
+    mode = node.params["mode"]
+    if mode not in _SCATTER_MODES:
+        raise unsupported(node, f"scatter mode {mode!r} is not lowered for Core AI")
+    if mode == "update" and not node.params.get("unique", False):
+        raise unsupported(node, "a scatter (update) with possibly repeated indices: Core AI "
+                                "writes any one of the repeated updates, JAX the last")
+    k = it.shape[-1]
+    lead, rest = xt.shape[:k], xt.shape[k:]
+    p = int(np.prod(lead, dtype=np.int64))
+    r = int(np.prod(rest, dtype=np.int64))
+    m = int(np.prod(it.shape[:-1], dtype=np.int64))
+    if m == 0:
+        return x
+    strides = np.array([int(np.prod(lead[i + 1:], dtype=np.int64)) for i in range(k)], np.int32)
+    idx = _index(ctx, node, 1, idx)
+    lin = ctx.reduce("sum", ctx.mul(ctx.reshape(idx, (m, k)), ctx.const(strides.reshape(1, k))),
+                     [1])  # [m, 1]
+    flat = ctx.reshape(x, (p, r))
+    from . import ca_private
+
+    out_t = ctx.ca.TensorType((p, r), ca_private.dtype(xt.dtype.np.name))
+    out = ctx.ca.scatter_along_axis(out_t, flat, ctx.broadcast(lin, (m, r), DType.i32),
+                                    ctx.reshape(upd, (m, r)), ctx.const(np.int32(0)),
+                                    scatter_mode=_SCATTER_MODES[mode])
+    return ctx.reshape(out, xt.shape)
+
+
+@rule("cumsum")
+def _cumsum(ctx, node, ins):
+    return ctx.ca.scan(ins[0], ctx.const(np.uint32(node.params["axis"])),
+                       ctx.const(np.bool_(node.params["reverse"])), combiner="sum")
