@@ -51,19 +51,21 @@ class GPT2(nn.Module):
     d: int = 768
     layers: int = 12
     heads: int = 12
+    remat: bool = False  # each block under nn.remat (jax.checkpoint, bench/memory.py)
 
     @nn.compact
     def __call__(self, tokens):
         wte = nn.Embed(self.vocab, self.d)
         wpe = self.param("wpe", nn.initializers.normal(0.01), (self.positions, self.d))
         x = wte(tokens) + wpe[None, :tokens.shape[1]]
+        block = nn.remat(GPTBlock) if self.remat else GPTBlock
         for _ in range(self.layers):
-            x = GPTBlock(self.d, self.heads)(x)
+            x = block(self.d, self.heads)(x)
         return wte.attend(nn.LayerNorm(epsilon=1e-5)(x))  # tied output embedding
 
 
-def gpt2_small(concrete=False, batch=1, seq=128):
-    model = GPT2()
+def gpt2_small(concrete=False, batch=1, seq=128, remat=False, layers=12):
+    model = GPT2(remat=remat, layers=layers)
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, model.vocab, (batch, seq)).astype(np.int32)
     targets = rng.integers(0, model.vocab, (batch, seq)).astype(np.int32)

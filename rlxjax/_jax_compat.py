@@ -183,3 +183,20 @@ try:  # public from jax 0.9
     InconclusiveDimensionOperation = jax.errors.InconclusiveDimensionOperation
 except AttributeError:  # jax 0.8
     from jax._src.core import InconclusiveDimensionOperation  # noqa: F401
+
+
+# -- jax.checkpoint policies -------------------------------------------------------------
+def remat_verdict(policy, eqn) -> str:
+    """What a ``jax.checkpoint`` policy decides for one equation of the checkpointed
+    function, asked as JAX's partial evaluation asks it: ``"save"``, ``"recompute"`` or
+    ``"offload"`` (an ``Offloadable``, host memory)."""
+    from jax._src.interpreters import partial_eval as pe  # noqa: PLC0415  (no public name)
+
+    if policy is None:  # jax.checkpoint without a policy: nothing_saveable
+        return "recompute"
+    verdict = policy(eqn.primitive, *[v.aval for v in eqn.invars], **eqn.params)
+    if isinstance(verdict, pe.Offloadable):
+        return "offload"
+    if verdict is True or verdict is pe.Saveable:
+        return "save"
+    return "recompute"

@@ -209,6 +209,20 @@ class Compiled:
         ``ops``, one row per MIL op (type, name, flops, bytes read/written, block depth)."""
         return dict(self.executable.cost(), rlx_nodes=len(self.graph.nodes))
 
+    def memory_analysis(self):
+        """What a call needs in memory (rlxjax/memory.py): JAX's ``CompiledMemoryStats``
+        fields (``argument_size_in_bytes``, ``output_size_in_bytes``, ``alias_size_in_bytes``
+        - states updated in place -, ``temp_size_in_bytes``, ``peak_memory_in_bytes``) plus
+        ``weight_size_in_bytes`` and ``state_size_in_bytes``, from the program's values and
+        their liveness in the order the program lists its operations."""
+        from .memory import analyse
+
+        values = self.executable.memory_program()
+        if values is None:
+            raise ArgumentError(f"the {self.format.name} format does not describe its "
+                                "program's values: no memory_analysis for it yet")
+        return analyse(values)
+
     def as_text(self) -> str:
         """The program as text (Core ML: MIL, via coremltools' loader)."""
         return self.executable.as_text()
@@ -241,6 +255,8 @@ class Lowered:
         transposed copy of a ``[K, N]`` kernel for MIL ``linear``), so a weight shared with
         another function of a multifunction package is stored once."""
         pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
+        if not self.format.lowers_remat_barrier:
+            pipeline.run_passes(self.graph, ("drop_remat_barriers",))
         program = Program(self._traced, self.target, self.precision, states=self.states,
                           enumerated=self.enumerated)
         executable = self.format.compile(program, keep_weight_layout=keep_weight_layout)

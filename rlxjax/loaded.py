@@ -67,6 +67,12 @@ class LoadedFunction:
         self._nan_sign = metadata.read_str_dict(meta, metadata.NAN_SIGN)
 
     # -- the format's part -----------------------------------------------------------------
+    def memory_analysis(self):
+        """What a call needs in memory (``Compiled.memory_analysis``); formats that
+        describe their program's values implement it."""
+        raise ArgumentError(f"{type(self).__name__} does not describe its program's values: "
+                            "no memory_analysis for this format yet")
+
     def _run(self, feeds, state=None):
         raise NotImplementedError
 

@@ -76,6 +76,7 @@ _NORM_GRADS = {
 }
 _WIN = {"window": (1, 1, 2, 2), "strides": (1, 1, 2, 2), "dilation": (1, 1, 1, 1)}
 _OTHER = {
+    "remat_barrier": ([_t(2), _t(3, 2)], {}),
     **{n: ([_t(1, 2, 4, 4)], _WIN)
        for n in ("reduce_window_max", "reduce_window_min", "reduce_window_sum")},
     "select_and_scatter_add": ([_t(1, 2, 2, 2), _t(1, 2, 4, 4)], {**_WIN, "select": "ge"}),
@@ -154,10 +155,14 @@ def _control(op):
     if op == "custom_vjp":
         primal = _region("primal", [v2], lambda b, x: [b.add("mul", x, x)])
         return [v2], {"primal": primal, "rule": 0, "name": "square"}
+    if op == "remat":  # jax.checkpoint: outputs, then what the policy saves
+        body = _region("body", [v2], lambda b, x: [b.add("sin", b.add("mul", x, x)),
+                                                   b.add("mul", x, x)])
+        return [v2], {"body": body, "num_out": 1, "policy": "save_only_these_names"}
     raise KeyError(op)
 
 
-CONTROL = ("cond", "while", "scan", "custom_vjp")
+CONTROL = ("cond", "while", "scan", "custom_vjp", "remat")
 
 
 def sample(op: str) -> Graph:

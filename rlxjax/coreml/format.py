@@ -17,6 +17,7 @@ from ..formats.base import Executable, Format
 from .lower import lower_graph
 from .mil_cse import mil_cse
 from .mil_linear_bias import fuse_linear_bias
+from .mil_order import order_for_memory
 from .mil_scaled_tanh import fuse_scaled_tanh
 from .package import MLPACKAGE_SUFFIX, save_mlpackage
 from .targets import Target, get_target
@@ -73,8 +74,14 @@ class CoreMLExecutable(Executable):
     def as_text(self) -> str:
         return str(self.validate())
 
+    def memory_program(self):
+        from .memory import value_program
+
+        return value_program(self.spec)
+
 
 class CoreMLFormat(Format):
+    lowers_remat_barrier = True
     name = "mlpackage"
     suffix = MLPACKAGE_SUFFIX
     default_target = "iOS17"
@@ -105,6 +112,7 @@ class CoreMLFormat(Format):
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
         fuse_scaled_tanh(model)  # exact: mul(tanh(x), c) as scaled_tanh(x, c, 1)
+        order_for_memory(model)  # exact: the order of the ops only (lower peak of live values)
         return CoreMLExecutable(model, tmp.name, ins, outs, tmp)
 
     def save_functions(self, functions, default: str, path) -> str:

@@ -194,6 +194,14 @@ class LoadedModel(LoadedFunction):
             self._run = self._mlmodel.predict
             self._feature_dtypes = {}
 
+    def memory_analysis(self):
+        """What a call of this function needs in memory (``Compiled.memory_analysis``,
+        rlxjax/memory.py), read from the package's program."""
+        from ..memory import analyse
+        from .memory import value_program
+
+        return analyse(value_program(self.spec, self.function_name))
+
     @property
     def state_names(self) -> Tuple[str, ...]:
         """Names of the package's Core ML states (a ``state="mlstate"`` training step)."""

@@ -82,6 +82,11 @@ class Executable(abc.ABC):
     def as_text(self) -> str:
         """The program as text."""
 
+    def memory_program(self):
+        """The program's values in program order, for ``Compiled.memory_analysis``
+        (rlxjax/memory.py ``ValueProgram``); None when the format does not describe them."""
+        return None
+
 
 class Format(abc.ABC):
     name: str
@@ -91,6 +96,10 @@ class Format(abc.ABC):
     #: attention.py: fully masked rows uniform); without it recognize_attention leaves such
     #: attention (a ``where`` mask that is an input, or has a fully masked row) decomposed
     attention_bool_masks: bool = False
+    #: whether ``compile`` lowers the RLX op ``remat_barrier`` (ir/control.py: what keeps a
+    #: ``jax.checkpoint``'s recomputation from being merged into the forward pass); when
+    #: not, ``Lowered.compile`` removes the barriers first (the values are the same)
+    lowers_remat_barrier: bool = False
 
     @abc.abstractmethod
     def target(self, target) -> Target:

@@ -84,6 +84,9 @@ class Lowering(Builder):
         # exact lowering depends on how their result is read (rules/bitcast.py); None when
         # not computed (only jaxprs holding such a rule's primitive need it)
         self.readers: Optional[Dict[Any, list]] = None
+        # inside a jax.checkpoint body: called with (eqn, its outputs) after each equation,
+        # to collect what the checkpoint's policy saves (frontend/remat.py)
+        self.remat_saving = None
 
     def unsupported(self, detail: str = "") -> UnsupportedPrimitiveError:
         return UnsupportedPrimitiveError(self.primitive or "?", self.source, detail)
@@ -155,6 +158,8 @@ class Lowering(Builder):
             self._check_outputs(eqn, outs)
             if any(uint32.is_u32(v.aval) for v in eqn.outvars):
                 uint32.track(self, eqn, inputs, outs)
+            if self.remat_saving is not None:
+                self.remat_saving(eqn, outs)
             return outs
         finally:
             self.source, self.primitive = saved

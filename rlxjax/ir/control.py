@@ -113,3 +113,28 @@ def _custom_vjp(ts, p, r):
     _require(_in_types(primal) == list(ts),
              f"custom_vjp primal takes {_sig(_in_types(primal))}, given {_sig(ts)}")
     return _out_types(primal)
+
+
+@defop("remat", "control", None, regions=("body",), params={
+    "num_out": Param(INT), "policy": Param(STR)})
+def _remat(ts, p, r):
+    """``jax.checkpoint``: ``body(*inputs) -> (*outputs, *residuals)``. The first
+    ``num_out`` results are the checkpointed function's; the rest are the values its
+    ``policy`` (the JAX policy's name, for messages) saves for the backward pass. The VJP
+    (transforms/vjp/control.py) recomputes everything else; after the grad transform the
+    node is inlined (transforms/regions.py ``inline_remat``)."""
+    body = r["body"]
+    _require(isinstance(body, Graph), "remat needs a body region")
+    _require(_in_types(body) == list(ts),
+             f"remat body takes {_sig(_in_types(body))}, given {_sig(ts)}")
+    _require(0 <= p["num_out"] <= len(body.outputs), "remat num_out out of range")
+    return _out_types(body)
+
+
+@defop("remat_barrier", "shape", None, params={}, differentiable=False)
+def _remat_barrier(ts, p):
+    """The identity on its inputs, which no pass merges with or looks through: what a
+    ``remat`` VJP recomputes reads its inputs through one, so that CSE cannot replace the
+    recomputation by the forward pass's values (and keep those live until the backward
+    pass, which is what checkpointing avoids)."""
+    return list(ts)

@@ -11,6 +11,7 @@ from typing import Callable
 from .. import formats
 from ..errors import ArgumentError
 from .frozen import check_split_options
+from .microbatch import check_microbatches
 from .mixed_precision import MixedTrainStep
 from .step import TrainStep
 from .trainable import MaskedTrainStep
@@ -19,7 +20,8 @@ from .trainable import MaskedTrainStep
 def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=None,
                       precision: str = "fp32", has_aux: bool = False, backend=None,
                       random=None, trainable=None, compress=None, flexible=None,
-                      loss_scale=None, format: str = formats.DEFAULT):
+                      loss_scale=None, microbatches: int = 1,
+                      format: str = formats.DEFAULT):
     """One Core ML program = forward + backward + ``optimizer`` update (optax).
 
     ``loss(params, *batch)`` returns a scalar (or ``(loss, aux)`` with ``has_aux``). Use:
@@ -43,10 +45,26 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     stay static.
     ``precision="mixed"``: forward and backward in fp16, parameters and optimizer state in
     fp32, dynamic loss scaling (``loss_scale=rlxjax.DynamicLossScale(...)``; training/mixed.py).
+    ``microbatches=k``: the batch is split along its leading axis into ``k`` slices whose
+    forward and backward passes run one after another in one loop inside the program,
+    their gradients averaged into one optimizer update (training/microbatch.py): the
+    whole-batch step for a loss that is a mean over examples, with about ``1/k`` of its
+    activations live.
     ``format="aimodel"``: the step as a Core AI program run on Apple's runtime
     (docs/coreai.md; ``state="mlstate"`` keeps fp32 / int32 leaves in Core AI states as they
     are; fp32 only, no flexible= / random= yet).
     """
+    check_microbatches(microbatches)
+    if microbatches > 1:
+        asked = [name for name, on in (("has_aux=True", has_aux), ("random=", random),
+                                       ("trainable= / compress=", trainable is not None
+                                        or compress is not None),
+                                       ("flexible=", bool(flexible)),
+                                       (f"precision={precision!r}", precision != "fp32"))
+                 if on]
+        if asked:
+            raise ArgumentError(f"microbatches={microbatches} does not combine with "
+                                f"{', '.join(asked)} (yet)")
     if format != formats.DEFAULT:
         _check_first_slice(format, precision, flexible)
         target = formats.resolve_target(target, format)
@@ -75,7 +93,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
                    precision=precision, backend=backend, random=random, flexible=flexible,
                    format=format)
     if trainable is None and compress is None:
-        return TrainStep(loss, optimizer, **options)
+        return TrainStep(loss, optimizer, microbatches=microbatches, **options)
     check_split_options(trainable, compress, target, formats.get(format))
     return MaskedTrainStep(loss, optimizer, trainable=trainable, compress=compress, **options)
 

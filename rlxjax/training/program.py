@@ -10,6 +10,7 @@ package metadata (``rlxjax.train``).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
@@ -33,15 +34,23 @@ _LEAF = object()
 
 
 def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: str,
-                      differentiate=None, codec: str = "f16x3") -> Traced:
+                      differentiate=None, codec: str = "f16x3",
+                      grads_given: bool = False) -> Traced:
     """The training graph of the traced ``loss(params, *batch)`` (traced as a function of
     ``(params, opt_state, *batch)``); ``args`` are what it was traced with.
     ``differentiate``: the graph value the backward pass starts from, when it is not the
-    loss output (precision="mixed": the loss times the loss scale, mixed_precision.py)."""
+    loss output (precision="mixed": the loss times the loss scale, mixed_precision.py).
+    ``grads_given``: the traced function returned ``(loss, gradients)`` (microbatch.py):
+    those gradients are used, no backward pass is made."""
     params, opt_state = args[0], args[1]
     _refuse_empty(traced)
     g = traced.graph
     n_p = len(jax.tree_util.tree_leaves(params))
+    given = None
+    if grads_given:  # outputs: the loss, then one gradient per parameter leaf
+        given = [v for _, v in g.outputs[1:1 + n_p]]
+        g.outputs = g.outputs[:1]
+        traced = dataclasses.replace(traced, out_tree=jax.tree_util.tree_structure(0.0))
     n_s = len(jax.tree_util.tree_leaves(opt_state))
     trained = [i for i in traced.dropped if i < n_p + n_s]
     if trained:
@@ -66,8 +75,9 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     host = traced.host
     if host is not None:  # random="inputs": aux may hold host results (a new RNG state)
         host.require_device_loss("coreml_train_step")
-    grads = backward(g, loss_v if differentiate is None else differentiate, p_vals,
-                     traced.custom_rules.backward)
+    grads = given if given is not None else backward(
+        g, loss_v if differentiate is None else differentiate, p_vals,
+        traced.custom_rules.backward)
     new_p, new_s = _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state)
     if mode == "mlstate":
         return _to_states(traced, args, p_vals + s_vals, new_p + new_s, codec)

@@ -23,6 +23,7 @@ from ..frontend import Traced, arg_names, path_name
 from .checkpoint import write_state_files
 from .export import numpy_tree
 from .layout import MODES, leaf_struct, state_layout
+from .microbatch import micro_step_fn
 from .mlstate import host_pack, state_bindings
 from .program import TrainProgram, build_train_graph, compile_program
 from .progress import progress_bar
@@ -32,7 +33,8 @@ from .state import DeviceState, TrainState
 class TrainStep(CoreMLFunction):
     """What ``coreml_train_step`` returns."""
 
-    def __init__(self, loss: Callable, optimizer, *, state: str, has_aux: bool, **jit_options):
+    def __init__(self, loss: Callable, optimizer, *, state: str, has_aux: bool,
+                 microbatches: int = 1, **jit_options):
         if state not in MODES:
             raise ArgumentError(f"state={state!r}: choose 'io' (params and optimizer state as "
                                 "inputs and outputs) or 'mlstate' (Core ML states, iOS18)")
@@ -41,6 +43,9 @@ class TrainStep(CoreMLFunction):
             return loss(params, *batch)
 
         step_fn.__name__ = getattr(loss, "__name__", "train_step")
+        self.microbatches = microbatches
+        if microbatches > 1:  # gradient accumulation in one loop (microbatch.py)
+            step_fn = micro_step_fn(loss, microbatches)
         super().__init__(step_fn, **jit_options)
         self.loss = loss
         self.optimizer = optimizer
@@ -57,7 +62,8 @@ class TrainStep(CoreMLFunction):
     # -- CoreMLFunction hooks: ``step.lower(params, opt_state, *batch)`` -----------------
     def _transform(self, traced: Traced, args) -> Traced:
         return build_train_graph(traced, args, self.optimizer, has_aux=self.has_aux,
-                                 mode=self.state_mode, codec=self.state_codec)
+                                 mode=self.state_mode, codec=self.state_codec,
+                                 grads_given=self.microbatches > 1)
 
     def _states(self, args):
         if self.state_mode != "mlstate":
@@ -74,6 +80,14 @@ class TrainStep(CoreMLFunction):
     def last_compiled(self) -> Optional[Compiled]:
         """The compiled program the latest call (or ``init`` with a batch) used."""
         return None if self._latest is None else self._latest.compiled
+
+    def memory_analysis(self):
+        """``memory_analysis()`` of the compiled program the latest call (or ``init`` with
+        a batch) used (``Compiled.memory_analysis``, rlxjax/memory.py)."""
+        if self._latest is None:
+            raise RlxError("nothing compiled yet: call the step once (or "
+                           "init(params, *example_batch)) so that the batch shapes are known")
+        return self._latest.compiled.memory_analysis()
 
     def _program(self, state: TrainState, batch) -> TrainProgram:
         """The program for ``batch`` (compiled on first use for its signature)."""

@@ -20,6 +20,11 @@ needs nothing from around them.
   ``recognize_attention`` then fuses ``softmax(q·kᵀ·scale + mask)·v`` (it needs the fused
   softmax; with a bool mask only where the format says it lowers one,
   ``Format.attention_bool_masks``).
+- ``inline_remat`` replaces each ``remat`` node (``jax.checkpoint``) by its body once the
+  grad transform has recomputed, in the backward pass, what the policy did not save.
+- ``drop_remat_barriers`` (run by ``Lowered.compile`` for a format without a lowering of
+  ``remat_barrier``, formats/base.py ``Format.lowers_remat_barrier``): the barriers'
+  readers read their inputs.
 - ``inline_custom_calls`` replaces each ``custom_vjp`` node of the top-level graph by its
   primal body once the grad transform has used the custom rule (those inside regions are
   lowered as they are: coreml/rules/control.py).
@@ -46,7 +51,7 @@ from .fold import fold_constants
 from .recognize_activations import recognize_activations
 from .recognize_attention import recognize_attention
 from .recognize_norms import recognize_norms
-from .regions import all_regions, inline_custom_calls
+from .regions import all_regions, drop_remat_barriers, inline_custom_calls, inline_remat
 from .scalar_muls import fold_scalar_muls
 from .rewrite import dce
 from .simplify import simplify
@@ -66,6 +71,8 @@ PASSES: Dict[str, Pass] = {p.name: p for p in (
     Pass("recognize_activations", recognize_activations),
     Pass("recognize_attention", recognize_attention, options=("attention_bool_masks",)),
     Pass("inline_custom_calls", inline_custom_calls, regions=False),
+    Pass("inline_remat", inline_remat),
+    Pass("drop_remat_barriers", drop_remat_barriers),
     Pass("simplify", simplify),
     Pass("cse", cse),
     Pass("dce", dce),
@@ -78,6 +85,7 @@ BEFORE_AD = ("recognize_norms", "recognize_activations", "recognize_attention")
 
 #: After the function's transform, before the lowering.
 AFTER_AD = (
+    "inline_remat",
     "inline_custom_calls",
     "simplify",
 )

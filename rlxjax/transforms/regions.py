@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Dict, List, Sequence
 
 from ..ir import Graph, Node, Value
+from .rewrite import substitute
 
 
 def all_regions(graph: Graph) -> List[Graph]:
@@ -61,6 +62,31 @@ def inline_custom_calls(graph: Graph) -> bool:
                  lambda n: inline(graph, n.regions["primal"], n.inputs, n.source))
         changed = True
     return changed
+
+
+def inline_remat(graph: Graph) -> bool:
+    """Replace every ``remat`` node of ``graph`` by its body, in place: once the grad
+    transform has recomputed what the checkpoint's policy did not save, the forward pass
+    is plain ops (the saved values are among them). Returns whether anything changed."""
+    changed = False
+    while any(n.op == "remat" for n in graph.nodes):
+        _replace(graph, lambda n: n.op == "remat",
+                 lambda n: inline(graph, n.regions["body"], n.inputs, n.source))
+        changed = True
+    return changed
+
+
+def drop_remat_barriers(graph: Graph) -> bool:
+    """Remove every ``remat_barrier`` of ``graph``, its readers reading its inputs, for a
+    format that has no lowering for it: the recomputation stays (nothing merges it any
+    more at this stage), the values are the same. Returns whether anything changed."""
+    barriers = [n for n in graph.nodes if n.op == "remat_barrier"]
+    if not barriers:
+        return False
+    mapping = {o.id: i for n in barriers for o, i in zip(n.outputs, n.inputs)}
+    graph.nodes = [n for n in graph.nodes if n.op != "remat_barrier"]
+    substitute(graph, mapping)
+    return True
 
 
 def save_scan_carries(graph: Graph, active: set) -> Dict[int, Value]:

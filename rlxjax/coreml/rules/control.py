@@ -131,3 +131,17 @@ def _write_slice(b, buf, y, t):
 def _custom_vjp(ctx, node, *args):
     # Only differentiation looks at the custom rule; the program computes the primal.
     return tuple(ctx.lower_region(node.regions["primal"], args))
+
+
+@lowering("remat")
+def _remat(ctx, node, *args):
+    # inlined after the grad transform (transforms/regions.py); a remat left in a region
+    # computes its body: its outputs and the values its policy saves
+    return tuple(ctx.lower_region(node.regions["body"], args))
+
+
+@lowering("remat_barrier")
+def _remat_barrier(ctx, node, *xs):
+    """One MIL ``identity`` per value: what the backward pass recomputes reads these, so
+    the MIL CSE does not merge it with the forward pass's ops (coreml/mil_cse.py)."""
+    return tuple(ctx.b.op("identity", ctx.out_type(node, i), x=x) for i, x in enumerate(xs))

@@ -8,4 +8,5 @@ from . import collective  # noqa: F401
 from . import special  # noqa: F401
 from . import linalg  # noqa: F401
 from . import bitwise, reduce_generic  # noqa: F401
+from . import remat  # noqa: F401
 from . import bitcast  # noqa: F401

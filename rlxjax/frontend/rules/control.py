@@ -15,7 +15,7 @@ def _inline(ctx, jaxpr, args):
     return ctx.eval_jaxpr(jaxpr, [], args)
 
 
-@rule("jit", "pjit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
+@rule("jit", "pjit", "closed_call", "core_call")
 def _call(ctx, eqn, *args):
     p = eqn.params
     jaxpr = p.get("jaxpr") or p.get("call_jaxpr")

@@ -332,17 +332,22 @@ class ReferenceProgram:
         for name, v in zip(block.inputs, values):
             env[name] = v
         for op in block.ops:
-            try:
-                results = self._call(op, env)
-            except ReferenceRuntimeError:
-                raise
-            except Exception as e:  # noqa: BLE001 - re-raised with op context
-                raise self.op_error(op, e) from e
-            if op.unchecked:
-                self._check_op(op, results)
-            for name, value in zip(op.outputs, results):
+            for name, value in zip(op.outputs, self._execute(op, env)):
                 env[name] = value
         return [env[n] for n in block.outputs]
+
+    def _execute(self, op, env) -> tuple:
+        """The op's outputs, checked against the program's declarations; an exception
+        from its implementation becomes a ReferenceRuntimeError naming the op."""
+        try:
+            results = self._call(op, env)
+        except ReferenceRuntimeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - re-raised with op context
+            raise self.op_error(op, e) from e
+        if op.unchecked:
+            self._check_op(op, results)
+        return results
 
     def _call(self, op, env) -> tuple:
         """The op's outputs: its implementation applied to its inputs, read from ``env``."""

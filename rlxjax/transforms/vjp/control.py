@@ -7,13 +7,14 @@
 - ``while``: reverse-mode differentiation is an error, as in JAX.
 - ``scan``: a reverse scan over the saved per-step carries (see ``_scan``); programs stay
   loops, so they do not grow with the scan's length.
+- ``remat`` (``jax.checkpoint``): the backward recomputes what the policy did not save.
 """
 from __future__ import annotations
 
 from ...errors import RlxError
 from ...ir import Graph
 from ..regions import inline
-from ..rewrite import dce
+from ..rewrite import dce, substitute
 from .registry import refuse_vjp, vjp_rule
 
 
@@ -123,3 +124,43 @@ def _custom_vjp(ctx, node, cts, needs):
                if v.dtype.is_float]
     grads = iter(inline(ctx.graph, bwd, list(node.inputs) + ct_vals, ctx.source))
     return [next(grads) if v.dtype.is_float else None for v in node.inputs]
+
+
+@vjp_rule("remat")
+def _remat(ctx, node, cts, needs):
+    """``jax.checkpoint``: the backward pass recomputes the body from its inputs - read
+    through a ``remat_barrier``, so that no CSE replaces the recomputation by the forward
+    pass's values - and differentiates that; the values the policy saved (the body's
+    outputs after ``num_out``) then replace their recomputed twins, which are dropped."""
+    n = node.params["num_out"]
+    body = node.regions["body"]
+    want = [need and v.dtype.is_float for need, v in zip(needs, node.inputs)]
+    live = [(i, c) for i, c in enumerate(cts[:n]) if c is not None]
+    if not any(want) or not live:
+        return [None] * len(node.inputs)
+    saved = list(node.outputs[n:])
+    bg = Graph(f"{body.name}_vjp")
+    ins = [bg.add_input(f"in{i}", v.type) for i, v in enumerate(node.inputs)]
+    res = [bg.add_input(f"saved{j}", v.type) for j, v in enumerate(saved)]
+    ct_ins = [bg.add_input(f"ct{i}", c.type) for i, c in live]
+    # every input but constants goes through the barrier: also the function's inputs (the
+    # parameters), else what the body computes from them alone (a reshaped kernel) would be
+    # merged with the forward pass's and held until the backward pass
+    fenced = [i for i, v in enumerate(node.inputs)
+              if v.node is None or v.node.op != "constant"]
+    reads = list(ins)
+    if fenced:
+        fence = bg.add_node("remat_barrier", [ins[i] for i in fenced], {}, ctx.source)
+        for i, v in zip(fenced, fence.outputs):
+            reads[i] = v
+    outs = inline(bg, body, reads)
+    seeds = [(outs[i], ct) for (i, _), ct in zip(live, ct_ins)]
+    wrt = [v for v, w in zip(reads, want) if w]
+    grads = ctx.backward_seeded(bg, seeds, wrt)
+    for j, g in enumerate(grads):
+        bg.add_output(f"ct_in{j}", g)
+    substitute(bg, {outs[n + j].id: r for j, r in enumerate(res)})
+    dce(bg)
+    results = iter(inline(ctx.graph, bg, list(node.inputs) + saved + [c for _, c in live],
+                          ctx.source))
+    return [next(results) if w else None for w in want]
