@@ -1,4 +1,8 @@
-"""``state="mlstate"`` training steps: parameters and optimizer state in Core ML states.
+"""``state="mlstate"`` training steps: parameters and optimizer state in a format's states.
+
+How the leaves are stored is the format's ``Codec`` (``CODECS``, chosen by its registry
+entry's ``state_codec``): Core AI's states are fp32 / int32 and hold the values as they are
+(``Plain``); Core ML's are fp16, and the rest of this docstring is about them (``F16x3``).
 
 Core ML states are fp16 tensors, and two fp16 values cannot hold every fp32 value (there are
 fewer finite fp16 pairs than finite fp32 values), while a plain hi/lo pair
