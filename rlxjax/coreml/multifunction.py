@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 from coremltools.proto import MIL_pb2, Model_pb2
 
@@ -108,7 +108,6 @@ def merge_programs(parts: Sequence[Tuple[str, Model_pb2.Model, str]], default: s
     desc = model.description
     desc.defaultFunctionName = default
     writer, readers, seen = None, {}, {}
-    per_function: List[dict] = []
     for name, part, part_weights in parts:
         src = part.mlProgram.functions["main"]
         fn = model.mlProgram.functions[name]
@@ -116,9 +115,6 @@ def merge_programs(parts: Sequence[Tuple[str, Model_pb2.Model, str]], default: s
         check_no_output_aliases_state_write(name, fn.block_specializations[fn.opset])
         d = part.description
         desc.functions.add(name=name, input=d.input, output=d.output, state=d.state)
-        per_function.append({"name": name, "metadata": {
-            k: _json_or_text(v) for k, v in d.metadata.userDefined.items()
-            if metadata.per_function(k)}})
         for block in fn.block_specializations.values():
             for value in _blob_values(block):
                 blob = value.blobFileValue
@@ -141,18 +137,12 @@ def merge_programs(parts: Sequence[Tuple[str, Model_pb2.Model, str]], default: s
     del writer  # the weight file is complete once its writer is dropped
     meta = desc.metadata  # author, license, ... of the first part; rlxjax.* per function
     meta.CopyFrom(parts[0][1].description.metadata)
-    for k in [k for k in meta.userDefined if metadata.per_function(k)]:
+    merged = metadata.merge_functions(
+        [(name, dict(part.description.metadata.userDefined)) for name, part, _ in parts], default)
+    for k in [k for k in meta.userDefined if k not in merged]:
         del meta.userDefined[k]
-    meta.userDefined[FUNCTIONS_KEY] = json.dumps({"default": default,
-                                                  "functions": per_function})
+    meta.userDefined[FUNCTIONS_KEY] = merged[FUNCTIONS_KEY]
     return model
-
-
-def _json_or_text(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def function_names(model: Model_pb2.Model) -> Tuple[str, ...]:
