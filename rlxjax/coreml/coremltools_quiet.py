@@ -2,7 +2,9 @@
 
 Off macOS coremltools logs "Failed to load ..." for each of its runtime classes at import.
 That is expected here (programs run on the reference backend), so exactly those import-time
-records are dropped; everything else coremltools logs still shows. Imported first by the
+records are dropped, as are its notices that an installed scikit-learn / TensorFlow / torch
+is a version its *converters* do not support (rlxjax uses none of them; scikit-learn comes
+with rlxjax[flower]); everything else coremltools logs still shows. Imported first by the
 modules through which a user first reaches coremltools (format.py, the reference
 interpreter, rlxjax inspect).
 """
@@ -11,7 +13,8 @@ import logging as _logging
 
 class _NoRuntimeNotice(_logging.Filter):
     def filter(self, record):
-        return "libcoremlpython" not in record.getMessage()
+        msg = record.getMessage()
+        return "libcoremlpython" not in msg and "is not supported. Minimum required" not in msg
 
 
 def _import_coremltools_quietly():
