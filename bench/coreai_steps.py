@@ -17,7 +17,6 @@ compiles it). Run: ``python bench/coreai_steps.py [repeats] [--gpt2]``.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 
@@ -29,16 +28,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import rlxjax  # noqa: E402
 from models import workloads  # noqa: E402
-
-
-def median_times(fns, repeats):
-    ts = [[] for _ in fns]
-    for _ in range(repeats):
-        for t, fn in zip(ts, fns):
-            t0 = time.perf_counter()
-            fn()
-            t.append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in ts]
+from train_step import jax_step, median_times  # noqa: E402  (bench/train_step.py)
 
 
 def _compiled(loss, params, batch, **kw):
@@ -65,12 +55,7 @@ def main(repeats: int = 100, gpt2: bool = False):
         fast, fs, _ = _compiled(loss, params, batch, backend="reference-fast")
         opt = optax.adam(1e-3)
 
-        @jax.jit
-        def jstep(p, s):
-            g = jax.grad(loss)(p, *batch)
-            u, s = opt.update(g, s, p)
-            return optax.apply_updates(p, u), s
-
+        jstep = jax_step(loss, opt, batch)
         jp, js = params, opt.init(params)
         jax.block_until_ready(jstep(jp, js))
         fast(fs, *batch)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import JAX_NAMES, UnsupportedPrimitiveError
 from ..ir import DType, TensorType
+from ..ir.smallint import SMALL, carried, needs_wrap
 from . import ca_private
 
 NP = {DType.f32: np.float32, DType.f16: np.float16, DType.i32: np.int32, DType.bool: np.bool_}
@@ -36,27 +37,9 @@ def unsupported(node, detail="no Core AI lowering for this RLX op (yet)"):
 #: the dtypes the rules are written for (fp16 values: not yet)
 DTYPES = (DType.f32, DType.i32, DType.bool, DType.i8, DType.u8)
 #: int8 / uint8 values are carried as int32 Core AI values holding the same number, wrapped
-#: into range after every op that may leave it (as the Core ML lowering does, whose list of
-#: the ops that cannot is PRESERVING); the wrap relies on Core AI's int32 arithmetic
-#: wrapping as two's complement (measured: products beyond 2**31 match JAX's)
-SMALL = (DType.i8, DType.u8)
-PRESERVING = frozenset({
-    "constant", "broadcast_in_dim", "concatenate", "pad", "reshape", "rev", "slice", "split",
-    "transpose", "gather_nd", "dynamic_slice", "dynamic_update_slice", "select", "clamp",
-    "max", "min", "reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min",
-    "sign", "rem", "stop_gradient", "convert", "cond", "while", "scan", "custom_vjp",
-})
-
-
-def carried(d: DType) -> DType:
-    """The Core AI dtype an RLX value of dtype ``d`` is carried in."""
-    return DType.i32 if d in SMALL else d
-
-
-def _needs_wrap(node) -> bool:
-    if node.op == "scatter_nd":  # update / max / min move values; add / mul compute
-        return node.params["mode"] not in ("update", "max", "min")
-    return node.op not in PRESERVING
+#: into range after every op that may leave it (rlxjax/ir/smallint.py, as the Core ML
+#: lowering does); the wrap relies on Core AI's int32 arithmetic wrapping as two's
+#: complement (measured: products beyond 2**31 match JAX's)
 
 
 def check_type(t: TensorType, node=None) -> None:
@@ -96,7 +79,7 @@ class Ctx:
                 raise unsupported(node, f"internal: {len(outs)} values for "
                                         f"{len(node.outputs)} outputs")
             for v, o in zip(node.outputs, outs):
-                if v.type.dtype in SMALL and _needs_wrap(node):
+                if v.type.dtype in SMALL and needs_wrap(node.op, node.params.get("mode")):
                     o = self.wrap(o, v.type.dtype)
                 env[v.id] = o
 

@@ -12,9 +12,8 @@ with the formulas of the Core ML lowering (coreml/rules/norm.py, norm_grad.py):
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..ir import DType
+from ..ir.norm import group_layout
 from .ops_base import rule, unsupported
 
 F32 = DType.f32
@@ -50,18 +49,6 @@ def _apply(ctx, y, gamma, beta):
     if gamma is not None:
         y = ctx.mul(y, gamma)
     return y if beta is None else ctx.add(y, beta)
-
-
-def group_layout(shape, c, groups):
-    """Grouped shape of x and the axes holding one group (coreml/rules/norm.py's)."""
-    n, ch = shape[0], shape[c]
-    p = int(np.prod(shape[1:c], dtype=np.int64))
-    q = int(np.prod(shape[c + 1:], dtype=np.int64))
-    if c == 1:
-        return (n, groups, (ch // groups) * q), [2]
-    if c == len(shape) - 1:
-        return (n, p, groups, ch // groups), [1, 3]
-    return (n, p, groups, ch // groups, q), [1, 3, 4]
 
 
 class _Layout:

@@ -7,7 +7,7 @@ holding the same number (``LowerContext.dt``), and
 
 - after an op that may leave the 8-bit range (``add``, ``mul``, ``neg``, ``abs``, ``div``,
   ``integer_pow``, sums, ``dot_general``, ``conv``, ...: everything not in
-  :data:`PRESERVING`), reduces the int32 result into the dtype's range modulo 2**8
+  `PRESERVING`, rlxjax/ir/smallint.py), reduces the int32 result into its range mod 2**8
   (:func:`wrap`). That is exactly JAX's wrap-around, because the int32 result is the exact
   integer result of the op on the operands' values: a sum, difference, product or
   quotient of two 8-bit values fits int32 (-128 / -1 = 128 wraps to -128, as XLA gives),
@@ -35,28 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DType, TensorType
-
-SMALL = (DType.i8, DType.u8)
-
-#: RLX ops whose i8 / u8 results are in range whenever their i8 / u8 operands are: no wrap
-PRESERVING = frozenset({
-    "constant", "broadcast_in_dim", "concatenate", "pad", "reshape", "rev", "slice", "split",
-    "transpose", "gather_nd", "dynamic_slice", "dynamic_update_slice", "select", "clamp",
-    "max", "min", "reduce_max", "reduce_min", "reduce_window_max", "reduce_window_min",
-    "sign", "rem", "stop_gradient", "convert", "cond", "while", "scan", "custom_vjp",
-})
-
-
-def carried(d: DType) -> DType:
-    """The MIL dtype an RLX value of dtype ``d`` is carried in."""
-    return DType.i32 if d in SMALL else d
-
-
-def needs_wrap(op: str, scatter_mode: str | None = None) -> bool:
-    """Whether the i8 / u8 result of RLX op ``op`` must be wrapped into range."""
-    if op == "scatter_nd":  # set / max / min move values; add / mul compute
-        return scatter_mode not in ("update", "max", "min")
-    return op not in PRESERVING
+from ..ir.smallint import SMALL, carried, needs_wrap  # noqa: F401 (the lowering's)
 
 
 def wrap(b, x, dtype: DType):

@@ -7,6 +7,8 @@ names its backward op (``backward``, defined in rlxjax/ir/norm_grad.py), which i
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .ops import _require, broadcast_shapes, defop
 from .schema import BOOL, FLOAT, INT, Param, one_of
 
@@ -123,3 +125,19 @@ def _gated_residual(ts, p):
     _require(broadcast_shapes(y.shape, gate.shape) == tuple(y.shape),
              f"gated_residual: gate {gate} does not broadcast to {y}")
     return [x]
+
+
+def group_layout(shape, c, groups):
+    """Grouped shape of x and the axes that hold one group's elements.
+
+    NCHW-like (c == 1): [N, G, C/G·H·W], one last-axis reduction. Otherwise
+    [N, P, G, C/G, Q] with P, Q the products of the dims before and after the channel
+    axis (Q dropped when the channels are last, as in flax's layout)."""
+    n, ch = shape[0], shape[c]
+    p = int(np.prod(shape[1:c], dtype=np.int64))
+    q = int(np.prod(shape[c + 1:], dtype=np.int64))
+    if c == 1:
+        return (n, groups, (ch // groups) * q), [2]
+    if c == len(shape) - 1:
+        return (n, p, groups, ch // groups), [1, 3]
+    return (n, p, groups, ch // groups, q), [1, 3, 4]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import DType, TensorType
+from ...ir.norm import group_layout
 from ..registry import lowering
 from .common import Ew, graphs, reshape, scalar_like
 
@@ -167,22 +168,6 @@ def _rms_norm(ctx, node, *inputs):
     x, gamma, beta, _ = split_affine(node, inputs)
     axes = range(node.params["axis"], x.type.rank)
     return affine(ctx.b, rms_normalize(ctx.b, x, list(axes), node.params["eps"]), gamma, beta)
-
-
-def group_layout(shape, c, groups):
-    """Grouped shape of x and the axes that hold one group's elements.
-
-    NCHW-like (c == 1): [N, G, C/G·H·W], one last-axis reduction. Otherwise
-    [N, P, G, C/G, Q] with P, Q the products of the dims before and after the channel
-    axis (Q dropped when the channels are last, as in flax's layout)."""
-    n, ch = shape[0], shape[c]
-    p = int(np.prod(shape[1:c], dtype=np.int64))
-    q = int(np.prod(shape[c + 1:], dtype=np.int64))
-    if c == 1:
-        return (n, groups, (ch // groups) * q), [2]
-    if c == len(shape) - 1:
-        return (n, p, groups, ch // groups), [1, 3]
-    return (n, p, groups, ch // groups, q), [1, 3, 4]
 
 
 @lowering("group_norm")

@@ -24,10 +24,10 @@ from typing import Callable, Optional, Sequence, Tuple
 import numpy as np
 
 from ...ir import TensorType
+from ...ir.norm import group_layout
 from ..registry import lowering
 from .common import Ew, reshape, scalar_like
-from .norm import along, group_layout, inv_std, moments, native_layer_norm, reduce_mean, \
-    uses_native
+from .norm import along, inv_std, moments, native_layer_norm, reduce_mean, uses_native
 
 
 # -- shared maths ----------------------------------------------------------------------

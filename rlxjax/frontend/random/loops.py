@@ -244,15 +244,8 @@ def split_while(eqn, ins: List, flags: Sequence[str], steps: int, used: Sequence
     carry_ins = ins[cnc + bnc:]
     if steps == 0:  # never runs
         return list(carry_ins)
-    is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
-    read = lambda env, v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
-    host_eqns = [e for e, s in sides if s != DEVICE]
-    dev_eqns = [e for e, s in sides if s != HOST]
-    needed: List = []
-    for e in (e for e, s in sides if s == DEVICE):
-        for v in e.invars:
-            if is_host(v) and v not in needed:
-                needed.append(v)
+    is_host, host_eqns, dev_eqns, needed = scan.split_body(sides, host)
+    read = scan.read
     for k in range(nk):
         v = bj.outvars[k]
         if bflags[bnc + k] != HOST and is_host(v) and v not in needed:

@@ -69,6 +69,25 @@ def side_of(jaxpr, flags, nc: int, nk: int, is_random, has_random, refuse):
         flags = new
 
 
+def read(env, v):
+    """A jaxpr variable's value in ``env`` (a literal's own)."""
+    return v.val if isinstance(v, jc.Literal) else env[v]
+
+
+def split_body(sides, host):
+    """A loop body's split (``side_of``'s ``sides`` and ``host`` values): (is_host, its host
+    equations, its device equations, the host values device equations read, in order)."""
+    is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
+    host_eqns = [e for e, s in sides if s != DEVICE]
+    dev_eqns = [e for e, s in sides if s != HOST]
+    needed: List = []
+    for e in (e for e, s in sides if s == DEVICE):
+        for v in e.invars:
+            if is_host(v) and v not in needed:
+                needed.append(v)
+    return is_host, host_eqns, dev_eqns, needed
+
+
 def _at(eqn):
     """Bind under ``eqn``'s source info: the two scans keep the user's line."""
     info = eqn.source_info
@@ -94,16 +113,8 @@ def split_scan(eqn, ins: List, flags: Sequence[str], is_random, has_random, bind
     body = p["jaxpr"]
     bj, nc, nk = body.jaxpr, p["num_consts"], p["num_carry"]
     flags, host, _, sides = side_of(bj, flags, nc, nk, is_random, has_random, refuse)
-    read = lambda env, v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
-    is_host = lambda v: not isinstance(v, jc.Literal) and v in host  # noqa: E731
-    host_eqns = [e for e, s in sides if s != DEVICE]
-    dev_eqns = [e for e, s in sides if s != HOST]
-    # host values the device side reads: by device equations, as a device carry / ys
-    needed: List = []
-    for e in (e for e, s in sides if s == DEVICE):
-        for v in e.invars:
-            if is_host(v) and v not in needed:
-                needed.append(v)
+    is_host, host_eqns, dev_eqns, needed = split_body(sides, host)
+    # host values the device side reads: by device equations (needed), as a device carry / ys
     k_out, y_out = bj.outvars[:nk], bj.outvars[nk:]
     for i, v in enumerate(k_out):
         if flags[nc + i] != HOST and is_host(v) and v not in needed:
