@@ -32,6 +32,10 @@ class Entry:
     state_codec: str = "f16x3"
     #: whether it has random ops (``random="device"``)
     random_ops: bool = True
+    #: training-step precisions it compiles (coreml_train_step's precision=)
+    train_precisions: tuple = ("fp32", "mixed")
+    #: whether it compiles flexible= shapes
+    flexible: bool = True
 
 
 #: every format rlxjax writes; the first is the default
@@ -44,7 +48,7 @@ REGISTRY: Dict[str, Entry] = {e.name: e for e in (
           ("coreai",),
           "Core AI program (MLIR coreai dialect bytecode; first slice: forward and gradient "
           "programs of dense models); runs on Apple's Core AI runtime (coreai-core)",
-          state_codec="plain", random_ops=False),
+          state_codec="plain", random_ops=False, train_precisions=("fp32",), flexible=False),
 )}
 DEFAULT = next(iter(REGISTRY))
 

@@ -65,8 +65,8 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
         if asked:
             raise ArgumentError(f"microbatches={microbatches} does not combine with "
                                 f"{', '.join(asked)} (yet)")
+    _check_format_supports(format, precision, flexible)
     if format != formats.DEFAULT:
-        _check_first_slice(format, precision, flexible)
         target = formats.resolve_target(target, format)
     elif state == "mlstate":
         target = formats.resolve_target("iOS18" if target is None else target)
@@ -98,10 +98,14 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     return MaskedTrainStep(loss, optimizer, trainable=trainable, compress=compress, **options)
 
 
-def _check_first_slice(format, precision, flexible):
-    """What the Core AI format's training steps do not do yet, refused by name."""
-    asked = [name for name, on in ((f"precision={precision!r}", precision != "fp32"),
-                                   ("flexible=", bool(flexible))) if on]
+def _check_format_supports(format, precision, flexible):
+    """What the format's registry entry says it does not compile, refused by name."""
+    entry = formats.REGISTRY[format]
+    asked = [name for name, on in ((f"precision={precision!r}",
+                                    precision not in entry.train_precisions),
+                                   ("flexible=", bool(flexible) and not entry.flexible)) if on]
     if asked:
-        raise ArgumentError(f"format={format!r} training steps are fp32 with static shapes "
-                            f"(yet): {', '.join(asked)} is not implemented for it")
+        raise ArgumentError(f"format={format!r} training steps: {', '.join(asked)} is not "
+                            f"implemented for it (yet); it takes precision in "
+                            f"{entry.train_precisions}"
+                            f"{'' if entry.flexible else ', static shapes'}")
