@@ -193,7 +193,11 @@ class Ctx:
 
     def reduce(self, kind: str, x, axes, keep_shape=None):
         """``reduce_<kind>`` over ``axes`` (Core AI keeps the dims); reshaped to
-        ``keep_shape`` when given."""
+        ``keep_shape`` when given. No axes is no reduction: Core AI's reductions take an
+        empty axis list as every axis (measured: a batch norm over one element per channel
+        normalised the whole tensor)."""
+        if not axes:
+            return x if keep_shape is None else self.reshape(x, keep_shape)
         v = getattr(self.ca, f"reduce_{kind}")(x, self.i32(sorted(axes)))
         return v if keep_shape is None else self.reshape(v, keep_shape)
 

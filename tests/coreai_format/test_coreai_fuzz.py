@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fuzz_check import _one, check_grad, check_program
+from fuzz_interp import Program
 from fuzz_programs import programs
 from rlxjax.errors import RlxError
 
@@ -65,3 +66,19 @@ def test_coreai_fuzz_jit_long(case):
 @given(programs(max_steps=14))
 def test_coreai_fuzz_grad_long(case):
     _on_coreai(check_grad, case[0])
+
+
+# Found by test_coreai_fuzz_grad_long: a batch norm over one element per channel (rank-1
+# input, channel axis 0: nothing to reduce) normalised the whole vector on Core AI, forward
+# and gradient (-0.83, 223 where JAX gives -0.024, -0.90): Core AI's reductions read an
+# empty axis list as every axis. ops_base.Ctx.reduce now returns its input for no axes.
+BATCH_NORM_ONE_PER_CHANNEL = Program(
+    inputs=[((2,), "f")],
+    steps=[("batch_norm_train", [0], {"axis": 0, "eps": 1e-05, "seed": 0, "which": 0}),
+           ("neg", [1], {})],
+    outputs=[2], seed=0)
+
+
+@pytest.mark.parametrize("check", [check_program, check_grad], ids=["jit", "grad"])
+def test_coreai_reduction_over_no_axes(check):
+    _on_coreai(check, BATCH_NORM_ONE_PER_CHANNEL)
