@@ -171,7 +171,8 @@ def lower_variants(program, lower_program) -> list:
     out = []
     for sizes in combinations(program.graph, program.enumerated):
         graph = specialise(program.graph, sizes)
-        pipeline.run_passes(graph, pipeline.BEFORE_LOWERING, precision=program.precision)
+        pipeline.run_passes(graph, pipeline.BEFORE_LOWERING,
+                            precision="fp32" if program.precision == "mixed" else program.precision)
         traced = dataclasses.replace(program.traced, graph=graph)
         out.append((sizes, lower_program(dataclasses.replace(program, traced=traced))))
     return out

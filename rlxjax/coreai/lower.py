@@ -63,9 +63,10 @@ def lower_program(program) -> Lowered:
                                         "(all of them zero-size or constant) is not compiled "
                                         "for Core AI yet: Core AI cannot compile a function "
                                         "without outputs")
-    if program.precision != "fp32":
+    if program.precision not in ("fp32", "mixed"):
         raise UnsupportedPrimitiveError("precision", None, "format='aimodel' compiles fp32 "
-                                        "programs only (yet)")
+                                        "programs and precision='mixed' training steps only "
+                                        "(yet)")
     bound = dict(program.states or {})
     fn_in = [(n, v) for n, v in graph.inputs if n not in bound]
     st_in = [(n, v) for n, v in graph.inputs if n in bound]
@@ -85,7 +86,9 @@ def lower_program(program) -> Lowered:
     out_specs = tuple(_spec(n, f, v.type) for (n, v), f in zip(fn_out, names[k:m]))
     st_specs = tuple(IOSpec(n, f, tuple(v.type.shape), v.type.dtype.np.name, tuple(v.type.shape),
                             v.type.dtype.np.name) for (n, v), f in zip(st_in, names[m:]))
-    ctx = Ctx(ca_private.coreai())
+    # precision="mixed" (a training step's fp16 forward / backward, an approximation the user
+    # asked for, docs/coreai.md): the graph's f16 values are Core AI fp16 values
+    ctx = Ctx(ca_private.coreai(), native_f16=program.precision == "mixed")
 
     def body(args, reads):
         env: Dict[int, object] = {}
