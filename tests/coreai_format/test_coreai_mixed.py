@@ -111,3 +111,39 @@ def test_200_step_curves_within_the_documented_bound(name, bound):
     ours, want = _mixed(work, 200)[2], _fp32_jax(work, 200)
     assert np.max(np.abs(ours - want) / np.abs(want)) <= bound
     assert abs(ours[-1] / want[-1] - 1) <= bound
+
+
+def gelu_mlp(w1, b1, w2, x):
+    h = jax.nn.gelu(x @ w1 + b1)
+    return jax.nn.softmax(h @ w2, -1), jnp.mean(h)
+
+
+U16 = 2.0 ** -11  # fp16's unit roundoff
+
+
+def test_fp16_programs_compute_in_fp16_within_the_measured_error():
+    """precision="fp16" (coreml_jit's whole-program switch): the fp32 values as Core AI fp16.
+    Against fp32 JAX, whose own error (~1e-7) is negligible here. Measured (batch 3 / 8 / 64,
+    3 draws each; docs/coreai.md): forward 2.5e-3 = 5 u, gradients 7.8e-3 = 16 u of the
+    largest value (u = 2^-11; Core AI's fp16 sums and matmuls accumulate in fp16), Core ML's
+    fp16 program 1.4e-3 / 4.1e-3; bounds 8 u and 32 u."""
+    r = np.random.default_rng(0)
+    w = (r.standard_normal((16, 32)).astype(np.float32) / 4,
+         r.standard_normal(32).astype(np.float32), r.standard_normal((32, 5)).astype(np.float32) / 4)
+    f = rlxjax.coreml_jit(gelu_mlp, precision="fp16", format="aimodel",
+                          flexible={"x": {0: [3, 8]}})
+    for n in (8, 3):
+        x = r.standard_normal((n, 16)).astype(np.float32)
+        for g, want in zip(f(*w, x), jax.jit(gelu_mlp)(*w, x)):
+            err = np.max(np.abs(np.asarray(g, np.float64) - want)) / np.max(np.abs(want))
+            assert np.asarray(g).dtype == np.float32
+            assert 2 ** -16 < err <= 8 * U16  # fp16 rounding, not fp32 (1e-7)
+    text = f.lower(*w, x).compile().as_text()
+    assert "broadcasting_batch_matmul" in text and "x32xf16>" in text
+
+    def loss(w1, b1, w2, x):
+        return jnp.mean(gelu_mlp(w1, b1, w2, x)[0] ** 2)
+
+    grads = rlxjax.coreml_grad(loss, argnums=(0, 1, 2), precision="fp16", format="aimodel")(*w, x)
+    for g, want in zip(grads, jax.grad(loss, argnums=(0, 1, 2))(*w, x)):
+        assert np.max(np.abs(np.asarray(g) - want)) <= 32 * U16 * np.max(np.abs(want))
