@@ -25,7 +25,6 @@ from .. import metadata
 from ..errors import ArgumentError, DynamicShapeError
 from ..ir import Dyn, Graph, TensorType
 from ..ir.flexible import eval_dim, parse_dim
-from .worker import CoreAIRunner
 
 #: per-function metadata: [{"function": Core AI function name, "sizes": {symbol: size}}]
 SHAPES = "rlxjax.coreai.shapes"
@@ -176,16 +175,3 @@ def lower_variants(program, lower_program) -> list:
         traced = dataclasses.replace(program.traced, graph=graph)
         out.append((sizes, lower_program(dataclasses.replace(program, traced=traced))))
     return out
-
-
-class ShapeRunner(CoreAIRunner):
-    """Runs the Core AI function of ``rows`` (``shape_rows``) that serves each call's sizes,
-    all in one worker (one asset)."""
-
-    def __init__(self, asset: str, rows, in_specs, state_specs=(), session=None):
-        super().__init__(asset, rows[0]["function"], state_specs, session)
-        self.rows, self.in_specs = list(rows), tuple(in_specs)
-
-    def run(self, feeds, state=None):
-        self.function = pick(self.rows, self.in_specs, feeds)
-        return super().run(feeds, state)

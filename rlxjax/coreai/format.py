@@ -97,7 +97,8 @@ class CoreAIExecutable(Executable):
             raise ArgumentError(f"backend={backend!r}: an .aimodel runs on backend='coreai' "
                                 "(Apple's Core AI runtime)")
         if self.variants:
-            from .flexible import SHAPES, ShapeRunner
+            from .flexible import SHAPES
+            from .loaded import ShapeRunner
 
             return ShapeRunner(self.asset(), metadata.read(self._meta, SHAPES),
                                self.input_specs, self.state_specs)

@@ -17,7 +17,8 @@ import numpy as np
 from .. import metadata
 from ..errors import ArgumentError, PackageError
 from ..loaded import LoadedFunction
-from .flexible import SHAPES, ShapeRunner, read_rows
+from .flexible import SHAPES, pick, read_rows
+from .worker import CoreAIRunner
 
 FILES = ("main.mlirb", "main.hash", "metadata.json")
 _MAX_METADATA = 16 << 20
@@ -93,8 +94,6 @@ class LoadedAIModel(LoadedFunction):
         return tuple(r["mil_name"] for r in self._state_rows)
 
     def _runner(self):
-        from .worker import CoreAIRunner
-
         shared = self._family["session"]  # one worker for every function of the asset
         states = [_Spec(r) for r in self._state_rows]
         if self._shape_rows:  # flexible: one Core AI function per enumerated shape
@@ -151,6 +150,19 @@ def _state_rows(path: str, meta) -> list:
         raise PackageError(f"{path}: its {metadata.STATES} metadata is malformed "
                            f"({type(e).__name__}: {e})") from None
     return rows
+
+
+class ShapeRunner(CoreAIRunner):
+    """Runs the Core AI function of ``rows`` (flexible.py ``shape_rows``) that serves each
+    call's sizes, all in one worker (one asset)."""
+
+    def __init__(self, asset: str, rows, in_specs, state_specs=(), session=None):
+        super().__init__(asset, rows[0]["function"], state_specs, session)
+        self.rows, self.in_specs = list(rows), tuple(in_specs)
+
+    def run(self, feeds, state=None):
+        self.function = pick(self.rows, self.in_specs, feeds)
+        return super().run(feeds, state)
 
 
 def _shape_rows(path: str, meta) -> list:
