@@ -74,6 +74,7 @@ def lin_loss(p, x):
     return jnp.sum(p["w"] * x) + jnp.sum(p["b"])
 
 
+@pytest.mark.slow  # the rule is the graph's (tests/training/test_mixed_precision.py): here in fp16
 def test_overflow_skips_the_step_and_halves_the_scale():
     p = {"w": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3),
          "b": np.array([0.5, -0.25], np.float32)}
