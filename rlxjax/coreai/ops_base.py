@@ -44,7 +44,7 @@ DTYPES = (DType.f32, DType.i32, DType.bool, DType.i8, DType.u8)
 
 def check_type(t: TensorType, node=None, native_f16: bool = False) -> None:
     """Refuse (UnsupportedPrimitiveError) a type the Core AI rules do not take yet: a
-    dtype other than f32 / i32 / bool (f16 too in a precision="mixed" program:
+    dtype other than f32 / i32 / bool (f16 too in a precision="fp16" or "mixed" program:
     ``native_f16``), or a zero-size tensor (Core AI's compiler rejects them: measured on a
     [1000, 0, 0] operand)."""
     why = None
@@ -65,7 +65,7 @@ class Ctx:
 
     def __init__(self, ca, native_f16: bool = False):
         self.ca = ca
-        self.native_f16 = native_f16  # f16 values as Core AI fp16 (precision="mixed")
+        self.native_f16 = native_f16  # f16 values as Core AI fp16 (precision fp16 / mixed)
 
     def lower_nodes(self, nodes, env) -> None:
         """Lowers ``nodes`` in order; ``env`` maps RLX value ids to Core AI values."""
