@@ -12,7 +12,11 @@ how much of the deviation fp16 itself causes. Columns:
 * ``final ratio``: loss_mixed / loss_fp32 after the last step;
 * ``skipped``: steps skipped on inf/nan gradients, ``scale``: the final loss scale;
 * ``MB fp32`` / ``MB mixed``: bytes read + written by the step's MIL ops (the static cost
-  model, rlxjax/coreml/cost.py), and their ratio.
+  model, rlxjax/coreml/cost.py), and their ratio;
+* ``coreai rel`` / ``coreai end``: the max rel deviation and the final ratio of the same
+  mixed step as a Core AI program (``format="aimodel"``: the fp16 forward / backward as
+  Core AI fp16 ops, whose matmuls accumulate in fp16) on Apple's Core AI runtime, when
+  coreai-core is installed; ``refused`` names what Core AI's fp16 rules do not lower yet.
 
 A second table is the cost model alone (nothing run) for the step of a 4-layer relu MLP
 (width 256) at growing batch: total bytes moved per step, fp32 vs mixed, how much of the
@@ -71,6 +75,22 @@ def curves(loss, params, batch, steps, lr=1e-3):
             fp32.last_compiled, mixed.last_compiled)
 
 
+def coreai_curve(loss, params, batch, steps, lr=1e-3):
+    """The mixed step's loss curve on the Core AI runtime, or the error that refuses it."""
+    try:
+        step = rlxjax.coreml_train_step(loss, optax.adam(lr), precision="mixed",
+                                        format="aimodel")
+        st, out = step.init(params), []
+        for _ in range(steps):
+            st, value = step(st, *batch)
+            out.append(float(value))
+    except rlxjax.errors.BackendUnavailableError:
+        return None
+    except rlxjax.errors.UnsupportedPrimitiveError as e:
+        return e
+    return np.array(out)
+
+
 def moved(compiled) -> int:
     c = compiled.cost_analysis()
     return c["bytes_read"] + c["bytes_written"]
@@ -82,7 +102,12 @@ def rows(steps: int = 200, names=WORKLOADS):
         if name not in names:
             continue
         ours, want, jax16, skipped, scale, c32, c16 = curves(loss, params, batch, steps)
-        out.append(dict(
+        ai = coreai_curve(loss, params, batch, steps)
+        if isinstance(ai, np.ndarray):
+            ai = (float(np.max(np.abs(ai - want) / np.abs(want))), float(ai[-1] / want[-1]))
+        elif ai is not None:
+            ai = f"refused ({ai.primitive})"
+        out.append(dict(coreai=ai, 
             workload=name, loss0=want[0], fp32_final=want[-1], mixed_final=ours[-1],
             max_rel=float(np.max(np.abs(ours - want) / np.abs(want))),
             jax16_rel=float(np.max(np.abs(jax16 - want) / np.abs(want))),
@@ -121,18 +146,26 @@ def bytes_rows(width=256, layers=4, batches=(16, 256, 1024, 4096)):
     return out
 
 
+def _coreai(ai) -> str:
+    if ai is None:
+        return f"{'-':>10} {'-':>10}"
+    if isinstance(ai, str):
+        return ai
+    return f"{ai[0]:10.2e} {ai[1]:10.4f}"
+
+
 def main(steps: int = 200):
     print(f"{steps} adam(1e-3) steps, precision='mixed' (reference-fast) vs jax.jit fp32")
     print(f"{'workload':<22} {'loss0':>7} {'fp32 end':>9} {'mixed end':>9} {'max rel':>8} "
           f"{'jax16 rel':>9} {'final':>7} {'skipped':>7} {'scale':>7} {'MB fp32':>8} "
-          f"{'MB mixed':>8} {'ratio':>6} {'ops':>9}")
+          f"{'MB mixed':>8} {'ratio':>6} {'ops':>9} {'coreai rel':>10} {'coreai end':>10}")
     for r in rows(steps):
         print(f"{r['workload']:<22} {r['loss0']:7.4f} {r['fp32_final']:9.5f} "
               f"{r['mixed_final']:9.5f} {r['max_rel']:8.2e} {r['jax16_rel']:9.2e} "
               f"{r['final_ratio']:7.4f} {r['skipped']:7d} {r['scale']:7.0f} "
               f"{r['bytes_fp32'] / 1e6:8.3f} {r['bytes_mixed'] / 1e6:8.3f} "
               f"{r['bytes_mixed'] / r['bytes_fp32']:6.2f} "
-              f"{r['ops_fp32']:>4}/{r['ops_mixed']:<4}")
+              f"{r['ops_fp32']:>4}/{r['ops_mixed']:<4} {_coreai(r['coreai'])}")
     print()
     print("bytes moved per step (cost model), adam step of a 4-layer relu MLP, width 256")
     print(f"{'batch':>6} {'MB fp32':>9} {'MB mixed':>9} {'ratio':>6} {'fp16 share':>10} "

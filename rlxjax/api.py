@@ -254,7 +254,8 @@ class Lowered:
         """``keep_weight_layout``: constants are read in the layout they have (no
         transposed copy of a ``[K, N]`` kernel for MIL ``linear``), so a weight shared with
         another function of a multifunction package is stored once."""
-        pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING, precision=self.precision)
+        pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING,  # "mixed": the graph's types
+                            precision="fp32" if self.precision == "mixed" else self.precision)
         if not self.format.lowers_remat_barrier:
             pipeline.run_passes(self.graph, ("drop_remat_barriers",))
         program = Program(self._traced, self.target, self.precision, states=self.states,

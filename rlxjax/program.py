@@ -19,7 +19,9 @@ from .ir import Graph
 class Program:
     traced: Traced
     target: object      # the format's Target (resolved once, formats/base.py)
-    precision: str      # "fp32" | "fp16"
+    #: "fp32" | "fp16" | "mixed" (a mixed-precision training step: the graph's own dtypes,
+    #: its f16 values computed in fp16; training/mixed_precision.py)
+    precision: str
     #: graph input name -> the graph output written back into it at the end of a call (a
     #: state the program updates), or None (a state it only reads); None: no states
     states: Optional[Dict[str, Optional[str]]] = None

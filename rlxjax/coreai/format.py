@@ -31,16 +31,37 @@ def state_rows(specs) -> list:
 
 
 class CoreAIExecutable(Executable):
-    def __init__(self, lowered, meta: Dict[str, str]):
+    def __init__(self, lowered, meta: Dict[str, str], variants=(), specs=None):
         self.lowered = lowered      # lower.Lowered: built as function 'main' here
-        self.input_specs, self.output_specs = lowered.inputs, lowered.outputs
+        # a flexible program (flexible.py): ((sizes, Lowered), ...), one static function each
+        self.variants = tuple(variants)
+        self.input_specs, self.output_specs = specs or (lowered.inputs, lowered.outputs)
         self.state_specs = lowered.states
         self._meta = meta
         from . import ca_private
 
         # built now, so that an op the lowering refuses is an error of compile()
-        self.spec = ca_private.build([lowered.function("main")])  # an AIProgram
+        self.spec = ca_private.build(self.functions("main"))  # an AIProgram
         self._tmp = tempfile.TemporaryDirectory(prefix="rlxjax-coreai-")
+
+    def functions(self, name: str) -> list:
+        """The Core AI functions (``ca_private.Function``) of this program named ``name``:
+        one, or one per enumerated shape (``name__<symbol>_<size>``, flexible.py)."""
+        if not self.variants:
+            return [self.lowered.function(name)]
+        from .flexible import graph_name
+
+        return [low.function(graph_name(name, sizes)) for sizes, low in self.variants]
+
+    def metadata_as(self, name: str) -> Dict[str, str]:
+        """The metadata with the Core AI functions named as for function ``name``."""
+        if not self.variants:
+            return self._meta
+        from .flexible import SHAPES, shape_rows
+
+        meta = dict(self._meta)
+        metadata.write(meta, SHAPES, shape_rows(name, [s for s, _ in self.variants]))
+        return meta
 
     @property
     def weights_dir(self) -> str:
@@ -75,6 +96,12 @@ class CoreAIExecutable(Executable):
         if backend not in (None, "coreai"):
             raise ArgumentError(f"backend={backend!r}: an .aimodel runs on backend='coreai' "
                                 "(Apple's Core AI runtime)")
+        if self.variants:
+            from .flexible import SHAPES
+            from .loaded import ShapeRunner
+
+            return ShapeRunner(self.asset(), metadata.read(self._meta, SHAPES),
+                               self.input_specs, self.state_specs)
         from .worker import CoreAIRunner
 
         return CoreAIRunner(self.asset(), "main", self.state_specs)
@@ -114,15 +141,26 @@ class CoreAIFormat(Format):
         return target if isinstance(target, Target) else get_target(target)
 
     def compile(self, program, *, keep_weight_layout: bool = False) -> CoreAIExecutable:
+        from . import flexible
         from .lower import lower_program
 
-        lowered = lower_program(program)
+        if not flexible.is_flexible(program.graph):
+            lowered, variants = lower_program(program), ()
+            ins, outs = lowered.inputs, lowered.outputs
+        else:  # one static function per enumerated shape (flexible.py)
+            variants = flexible.lower_variants(program, lower_program)
+            lowered = variants[0][1]
+            ins, outs = flexible.flexible_specs(program.graph, program.states, lowered,
+                                                program.enumerated)
         meta: Dict[str, str] = {}
-        metadata.write_program(meta, lowered.inputs, lowered.outputs)
-        metadata.write_host_parts(meta, program.traced, lowered.inputs, lowered.outputs)
+        metadata.write_program(meta, ins, outs)
+        metadata.write_host_parts(meta, program.traced, ins, outs)
         if lowered.states:
             metadata.write(meta, metadata.STATES, state_rows(lowered.states))
-        return CoreAIExecutable(lowered, meta)
+        if variants:
+            metadata.write(meta, flexible.SHAPES, flexible.shape_rows(
+                "main", [s for s, _ in variants]))
+        return CoreAIExecutable(lowered, meta, variants, (ins, outs))
 
     def save_functions(self, functions, default: str, path) -> str:
         """One asset with a ``coreai.graph`` per function; states of the same name are one
@@ -137,8 +175,9 @@ class CoreAIFormat(Format):
             for s in ex.state_specs:
                 if shapes.setdefault(s.mil_name, (s.shape, s.dtype)) != (s.shape, s.dtype):
                     raise RlxError(f"internal: state {s.mil_name} differs between functions")
-        program = ca_private.build([ex.lowered.function(name) for name, ex in functions])
-        meta = metadata.merge_functions([(n, ex.metadata) for n, ex in functions], default)
+        program = ca_private.build([f for name, ex in functions for f in ex.functions(name)])
+        meta = metadata.merge_functions([(n, ex.metadata_as(n)) for n, ex in functions],
+                                        default)
         return write_package(path, SUFFIX, "Core AI",
                              lambda p: ca_private.save(program, p, meta))
 

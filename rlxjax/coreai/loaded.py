@@ -17,6 +17,8 @@ import numpy as np
 from .. import metadata
 from ..errors import ArgumentError, PackageError
 from ..loaded import LoadedFunction
+from .flexible import SHAPES, pick, read_rows
+from .worker import CoreAIRunner
 
 FILES = ("main.mlirb", "main.hash", "metadata.json")
 _MAX_METADATA = 16 << 20
@@ -85,17 +87,20 @@ class LoadedAIModel(LoadedFunction):
                                "rlxjax.load reads the .aimodel packages rlxjax writes")
         self._describe(meta, (), ())
         self._state_rows = _state_rows(path, meta)
+        self._shape_rows = _shape_rows(path, meta)
 
     @property
     def state_names(self):
         return tuple(r["mil_name"] for r in self._state_rows)
 
     def _runner(self):
-        from .worker import CoreAIRunner
-
         shared = self._family["session"]  # one worker for every function of the asset
-        runner = CoreAIRunner(self.path, self.function_name,
-                              [_Spec(r) for r in self._state_rows], session=shared[0])
+        states = [_Spec(r) for r in self._state_rows]
+        if self._shape_rows:  # flexible: one Core AI function per enumerated shape
+            runner = ShapeRunner(self.path, self._shape_rows, self.input_specs, states,
+                                 session=shared[0])
+        else:
+            runner = CoreAIRunner(self.path, self.function_name, states, session=shared[0])
         shared[0] = runner.session
         return runner
 
@@ -143,6 +148,31 @@ def _state_rows(path: str, meta) -> list:
             str(r["mil_name"]), np.dtype(r["dtype"]), [int(d) for d in r["shape"]]
     except (KeyError, TypeError, ValueError) as e:
         raise PackageError(f"{path}: its {metadata.STATES} metadata is malformed "
+                           f"({type(e).__name__}: {e})") from None
+    return rows
+
+
+class ShapeRunner(CoreAIRunner):
+    """Runs the Core AI function of ``rows`` (flexible.py ``shape_rows``) that serves each
+    call's sizes, all in one worker (one asset)."""
+
+    def __init__(self, asset: str, rows, in_specs, state_specs=(), session=None):
+        super().__init__(asset, rows[0]["function"], state_specs, session)
+        self.rows, self.in_specs = list(rows), tuple(in_specs)
+
+    def run(self, feeds, state=None):
+        self.function = pick(self.rows, self.in_specs, feeds)
+        return super().run(feeds, state)
+
+
+def _shape_rows(path: str, meta) -> list:
+    """The flexible function's Core AI functions by sizes (flexible.py ``SHAPES``)."""
+    rows = read_rows(meta)
+    try:
+        for r in rows:
+            str(r["function"]), {str(k): int(v) for k, v in r["sizes"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise PackageError(f"{path}: its {SHAPES} metadata is malformed "
                            f"({type(e).__name__}: {e})") from None
     return rows
 

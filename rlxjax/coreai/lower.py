@@ -16,6 +16,7 @@ from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Graph, TensorType, verify
 from ..signature import IOSpec, feature_name, unique_names as _unique
 from . import ca_private
+from .fp16 import to_fp16
 from .ops import Ctx, lower_nodes
 from .ops_base import carried, check_type
 
@@ -56,6 +57,8 @@ def lower_program(program) -> Lowered:
     graph = program.graph
     verify(graph)
     _check_static(graph)
+    if program.precision == "fp16":  # fp32 values computed as Core AI fp16 (fp16.py)
+        graph = to_fp16(graph)
     for _, v in graph.inputs + graph.outputs:
         check_type(v.type)
     if not graph.outputs:  # every output made on the host (zero-size, constant)
@@ -63,9 +66,8 @@ def lower_program(program) -> Lowered:
                                         "(all of them zero-size or constant) is not compiled "
                                         "for Core AI yet: Core AI cannot compile a function "
                                         "without outputs")
-    if program.precision != "fp32":
-        raise UnsupportedPrimitiveError("precision", None, "format='aimodel' compiles fp32 "
-                                        "programs only (yet)")
+    if program.precision not in ("fp32", "fp16", "mixed"):
+        raise RlxError(f"internal: precision {program.precision!r}")
     bound = dict(program.states or {})
     fn_in = [(n, v) for n, v in graph.inputs if n not in bound]
     st_in = [(n, v) for n, v in graph.inputs if n in bound]
@@ -85,7 +87,9 @@ def lower_program(program) -> Lowered:
     out_specs = tuple(_spec(n, f, v.type) for (n, v), f in zip(fn_out, names[k:m]))
     st_specs = tuple(IOSpec(n, f, tuple(v.type.shape), v.type.dtype.np.name, tuple(v.type.shape),
                             v.type.dtype.np.name) for (n, v), f in zip(st_in, names[m:]))
-    ctx = Ctx(ca_private.coreai())
+    # precision "fp16" / "mixed" (a training step's fp16 forward / backward): approximations
+    # the user asked for (docs/coreai.md), the graph's f16 values are Core AI fp16 values
+    ctx = Ctx(ca_private.coreai(), native_f16=program.precision != "fp32")
 
     def body(args, reads):
         env: Dict[int, object] = {}

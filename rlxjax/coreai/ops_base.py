@@ -42,12 +42,13 @@ DTYPES = (DType.f32, DType.i32, DType.bool, DType.i8, DType.u8)
 #: complement (measured: products beyond 2**31 match JAX's)
 
 
-def check_type(t: TensorType, node=None) -> None:
+def check_type(t: TensorType, node=None, native_f16: bool = False) -> None:
     """Refuse (UnsupportedPrimitiveError) a type the Core AI rules do not take yet: a
-    dtype other than f32 / i32 / bool, or a zero-size tensor (Core AI's compiler rejects
-    them: measured on a [1000, 0, 0] operand)."""
+    dtype other than f32 / i32 / bool (f16 too in a precision="fp16" or "mixed" program:
+    ``native_f16``), or a zero-size tensor (Core AI's compiler rejects them: measured on a
+    [1000, 0, 0] operand)."""
     why = None
-    if t.dtype not in DTYPES:
+    if t.dtype not in DTYPES and not (native_f16 and t.dtype == DType.f16):
         why = f"{t.dtype} values are not lowered for Core AI yet (f32, i32 and bool are)"
     elif any(d == 0 for d in t.shape):
         why = f"zero-size tensors ({t}) are not lowered for Core AI yet"
@@ -62,8 +63,9 @@ class Ctx:
     """The Core AI authoring module (``ca``) and the small patterns the rules share. Values
     carry no shapes the rules read: each rule passes the RLX types it knows."""
 
-    def __init__(self, ca):
+    def __init__(self, ca, native_f16: bool = False):
         self.ca = ca
+        self.native_f16 = native_f16  # f16 values as Core AI fp16 (precision fp16 / mixed)
 
     def lower_nodes(self, nodes, env) -> None:
         """Lowers ``nodes`` in order; ``env`` maps RLX value ids to Core AI values."""
@@ -72,7 +74,7 @@ class Ctx:
             if fn is None:
                 raise unsupported(node)
             for v in list(node.inputs) + list(node.outputs):
-                check_type(v.type, node)
+                check_type(v.type, node, self.native_f16)
             out = fn(self, node, [env[v.id] for v in node.inputs])
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             if len(outs) != len(node.outputs):

@@ -93,7 +93,8 @@ class CoreMLFormat(Format):
     def compile(self, program, *, keep_weight_layout: bool = False) -> CoreMLExecutable:
         tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
         traced = program.traced
-        model, ins, outs = lower_graph(program.graph, program.target, program.precision,
+        precision = "fp32" if program.precision == "mixed" else program.precision  # its types
+        model, ins, outs = lower_graph(program.graph, program.target, precision,
                                        tmp.name, states=program.states,
                                        keep_weight_layout=keep_weight_layout)
         meta = model.description.metadata.userDefined

@@ -48,7 +48,7 @@ REGISTRY: Dict[str, Entry] = {e.name: e for e in (
           ("coreai",),
           "Core AI program (MLIR coreai dialect bytecode; first slice: forward and gradient "
           "programs of dense models); runs on Apple's Core AI runtime (coreai-core)",
-          state_codec="plain", random_ops=False, train_precisions=("fp32",), flexible=False),
+          state_codec="plain", random_ops=False),
 )}
 DEFAULT = next(iter(REGISTRY))
 

@@ -159,6 +159,9 @@ class MixedTrainStep(TrainStep):
                          has_aux=has_aux, **jit_options)
         self.inner_optimizer = optimizer
         self.loss_scale = cfg
+        # the Program's precision: the graph's own dtypes, its f16 values computed in fp16
+        # (Core ML lowers it as "fp32"; Core AI lowers f16 values as its own fp16)
+        self.precision = "mixed"
 
         def mixed_fn(params, opt_state, *batch):
             if not isinstance(opt_state, MixedState):

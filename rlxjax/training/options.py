@@ -52,7 +52,8 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     activations live.
     ``format="aimodel"``: the step as a Core AI program run on Apple's runtime
     (docs/coreai.md; ``state="mlstate"`` keeps fp32 / int32 leaves in Core AI states as they
-    are; fp32 only, no flexible= / random= yet).
+    are; ``flexible=`` takes listed sizes, one static function each; ``precision="mixed"``
+    computes the forward / backward in Core AI fp16).
     """
     check_microbatches(microbatches)
     if microbatches > 1:

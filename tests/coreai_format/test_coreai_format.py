@@ -237,14 +237,6 @@ def test_an_adam_training_step_trains_as_jax_and_optax_do():
         np.testing.assert_allclose(st.params[k], q[k], rtol=1e-4, atol=1e-5)
 
 
-def test_what_the_first_slice_does_not_train_is_refused_by_name():
-    import optax
-
-    with pytest.raises(rlxjax.ArgumentError, match="precision='mixed' is not implemented"):
-        rlxjax.coreml_train_step(lambda p, x: (p * x).sum(), optax.sgd(0.1), precision="mixed",
-                                 format="aimodel")
-
-
 def test_a_persistent_worker_that_dies_is_an_error(tmp_path):
     from rlxjax.coreai.worker import CoreAIRuntimeError, Session
 
