@@ -37,7 +37,7 @@ def _transposes(c):
     return c.op_histogram().get("transpose", 0)
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 9),
        st.booleans())
 def test_matmuls_of_transposes_equal_jax(b, m, k, n, batched):

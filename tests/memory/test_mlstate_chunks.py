@@ -46,7 +46,7 @@ def test_chunks_cover_the_layout_in_order():
     assert got == [["a", "b"], ["c", "d"]]
 
 
-@pytest.mark.parametrize("chunk", [1, 64])
+@pytest.mark.parametrize("chunk", [pytest.param(1, marks=pytest.mark.slow), 64])
 def test_chunked_codec_is_the_io_step_bit_for_bit(chunk, monkeypatch):
     step, st, params, batch, loss = _step(chunk, monkeypatch)
     io = rlxjax.coreml_train_step(loss, optax.adamw(1e-2), backend="reference")
