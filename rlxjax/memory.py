@@ -22,8 +22,18 @@ rlxjax/runtime/reference/liveness.py, and the tests require both to agree):
 * the program's outputs, once written, stay until the call returns.
 
 ``temp_size_in_bytes`` is the peak of the live values that are neither arguments, states,
-constants nor outputs (XLA's temp allocation); ``peak_memory_in_bytes`` is arguments +
-states + weights + the peak of (outputs written so far + live temporaries).
+constants nor outputs; ``peak_memory_in_bytes`` is arguments + states + weights + the peak of
+(outputs written so far + live temporaries).
+
+``temp_outside_outputs_in_bytes`` counts temporaries the way XLA's ``temp_size_in_bytes``
+does. XLA's is the size of its preallocated temp buffer: its buffer assignment first gives
+every output its own buffer, then puts a temporary into an output buffer whose value is not
+computed yet whenever it fits there (xla/service/buffer_assignment.cc ``MaybeAssignBuffer``:
+size and live range; pjrt's ``CompiledMemoryStats`` adds up the allocations that are
+``IsPreallocatedTempBuffer``), so only what does not fit in the outputs counts. Here: the
+peak of (outputs written so far + live temporaries) - the output bytes, at least 0 - what an
+allocator needs beyond the output buffers if it packs temporaries into the unwritten ones
+perfectly (XLA's, placing each temporary whole into one output buffer, may need more).
 """
 from __future__ import annotations
 
@@ -72,6 +82,7 @@ class MemoryStats:
     weight_size_in_bytes: int
     state_size_in_bytes: int
     peak_memory_in_bytes: int
+    temp_outside_outputs_in_bytes: int = 0
     generated_code_size_in_bytes: int = 0
     host_argument_size_in_bytes: int = 0
     host_output_size_in_bytes: int = 0
@@ -82,7 +93,7 @@ class MemoryStats:
         return {k: getattr(self, k) for k in (
             "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
             "temp_size_in_bytes", "weight_size_in_bytes", "state_size_in_bytes",
-            "peak_memory_in_bytes")}
+            "peak_memory_in_bytes", "temp_outside_outputs_in_bytes")}
 
     def __str__(self) -> str:
         return ", ".join(f"{k.replace('_size_in_bytes', '').replace('_in_bytes', '')} "
@@ -163,4 +174,5 @@ def analyse(program: ValueProgram) -> MemoryStats:
         temp_size_in_bytes=temp,
         weight_size_in_bytes=program.weights,
         state_size_in_bytes=states,
-        peak_memory_in_bytes=held + everything)
+        peak_memory_in_bytes=held + everything,
+        temp_outside_outputs_in_bytes=max(0, everything - outputs))

@@ -16,6 +16,7 @@ from .. import metadata
 from ..formats.base import Executable, Format
 from .lower import lower_graph
 from .mil_cse import mil_cse
+from .mil_matmul_transpose import fold_matmul_transposes
 from .mil_linear_bias import fuse_linear_bias
 from .mil_order import order_for_memory
 from .mil_scaled_tanh import fuse_scaled_tanh
@@ -113,6 +114,7 @@ class CoreMLFormat(Format):
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
         fuse_scaled_tanh(model)  # exact: mul(tanh(x), c) as scaled_tanh(x, c, 1)
+        fold_matmul_transposes(model)  # exact: a transpose next to a matmul as its flag
         order_for_memory(model)  # exact: the order of the ops only (lower peak of live values)
         return CoreMLExecutable(model, tmp.name, ins, outs, tmp)
 

@@ -21,8 +21,9 @@ a NaN stays NaN, an infinity comes back as NaN. Inside the program the maths sta
 an mlstate step computes exactly what the ``io`` step computes. int32 leaves (optax's step
 count) are split into three base-2048 digits (truncating division), exact over the whole
 int32 range. All fp32 leaves are packed into one flat vector (one set of three states), the
-int32 leaves into another, so the codec costs a fixed ~150 elementwise ops however many
-tensors the model has.
+int32 leaves into another; the codec runs on chunks of that vector (``CHUNK``: every leaf of a
+small model is in one chunk), so its temporaries are a chunk's size and it costs ~150
+elementwise ops per chunk.
 """
 from __future__ import annotations
 
@@ -48,8 +49,10 @@ I32_BASE = 2048
 def encode_f32(x):
     """fp32 vector -> three fp16 vectors (see module doc)."""
     a = jnp.abs(x)
-    y, e = a, jnp.zeros_like(a)
-    for k in _UP:
+    # e starts from the first step's 0 / 64 (a cast, not a zeros constant the size of x)
+    c = a >= 2.0 ** _UP[0]
+    y, e = jnp.where(c, a * 2.0 ** -_UP[0], a), c.astype(a.dtype) * float(_UP[0])
+    for k in _UP[1:]:
         c = y >= 2.0 ** k
         y, e = jnp.where(c, y * 2.0 ** -k, y), jnp.where(c, e + k, e)
     for k in _DOWN:
@@ -307,26 +310,67 @@ def state_bindings(layout: Layout) -> Dict[str, str]:
     return {name: "new." + name for name, _, _ in layout.states()}
 
 
+#: the codec runs on chunks of consecutive leaves (of one dtype and role) of at least this
+#: many elements (a larger leaf is a chunk of its own): its elementwise temporaries are a
+#: chunk's size, not the whole vector's, and the ops it costs (~75 per chunk and direction)
+#: stay a few thousand on a model of GPT-2's size
+CHUNK = 2 ** 23
+
+
+def chunks(layout: Layout, dtype: str) -> List[List[Slot]]:
+    """The slots of ``dtype`` in layout order, cut into the codec's chunks (``CHUNK``)."""
+    out: List[List[Slot]] = []
+    size = 0
+    for s in layout.group(dtype):
+        if not out or size >= CHUNK or out[-1][-1].role != s.role:
+            out.append([])
+            size = 0
+        out[-1].append(s)
+        size += s.size
+    return out
+
+
 def unpack(layout: Layout, *pieces):
-    """Traced: state pieces -> leaves in layout order."""
+    """Traced: state pieces -> leaves in layout order. Each chunk (``chunks``) is sliced out
+    of the pieces and decoded on its own - the codec is elementwise, so these are the bits
+    decoding the whole vector gives - and the memory order (coreml/mil_order.py) can decode
+    a chunk when its leaves are first needed."""
     it = iter(pieces)
-    flat = {}
+    leaves = {}
     for dtype, _ in _TAGS:
-        if layout.length(dtype):
-            k = len(layout.codec.pieces(dtype))
-            flat[dtype] = layout.codec.decode(dtype, *[next(it) for _ in range(k)])
-    return [lax.slice(flat[s.dtype], (s.offset,), (s.offset + s.size,)).reshape(s.shape)
-            for s in layout.slots]
+        if not layout.length(dtype):
+            continue
+        packed = [next(it) for _ in layout.codec.pieces(dtype)]
+        for chunk in chunks(layout, dtype):
+            lo, hi = chunk[0].offset, chunk[-1].offset + chunk[-1].size
+            flat = layout.codec.decode(dtype, *[_slice(p, lo, hi) for p in packed])
+            for s in chunk:
+                leaves[s.name] = _slice(flat, s.offset - lo, s.offset - lo + s.size
+                                        ).reshape(s.shape)
+    return [leaves[s.name] for s in layout.slots]
 
 
 def pack(layout: Layout, *leaves):
-    """Traced: leaves in layout order -> state pieces."""
+    """Traced: leaves in layout order -> state pieces: each chunk encoded on its own (as
+    ``unpack`` decodes), the pieces then concatenated in layout order."""
+    by_name = {s.name: x for s, x in zip(layout.slots, leaves)}
     out = []
     for dtype, _ in _TAGS:
-        group = [x for s, x in zip(layout.slots, leaves) if s.dtype == dtype]
-        if group:
-            out += layout.codec.encode(dtype, jnp.concatenate([x.reshape(-1) for x in group]))
+        if not layout.length(dtype):
+            continue
+        encoded = [layout.codec.encode(dtype, _concat([by_name[s.name].reshape(-1)
+                                                       for s in chunk]))
+                   for chunk in chunks(layout, dtype)]
+        out += [_concat(list(parts)) for parts in zip(*encoded)]
     return out
+
+
+def _slice(x, lo, hi):
+    return x if (lo, hi) == (0, x.shape[0]) else lax.slice(x, (lo,), (hi,))
+
+
+def _concat(xs):
+    return xs[0] if len(xs) == 1 else jnp.concatenate(xs)
 
 
 # -- graph rewrite: io-mode graph -> state graph ----------------------------------------------

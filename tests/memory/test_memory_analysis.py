@@ -41,6 +41,10 @@ def assert_agrees(stats, m):
     held = stats.argument_size_in_bytes + stats.state_size_in_bytes + stats.weight_size_in_bytes
     assert stats.temp_size_in_bytes == pytest.approx(m["peak_temp_bytes"], rel=0.01)
     assert stats.peak_memory_in_bytes - held == pytest.approx(m["peak_bytes"], rel=0.01)
+    # counted as XLA counts its temp: what does not fit in the output buffers
+    assert stats.temp_outside_outputs_in_bytes == pytest.approx(
+        max(0, m["peak_bytes"] - stats.output_size_in_bytes), rel=0.01, abs=64)
+    assert stats.temp_outside_outputs_in_bytes <= stats.temp_size_in_bytes
     assert m["peak_temp_bytes"] > 0
 
 

@@ -10,3 +10,4 @@ from . import linalg  # noqa: F401
 from . import bitwise, reduce_generic  # noqa: F401
 from . import remat  # noqa: F401
 from . import bitcast  # noqa: F401
+from . import equinox  # noqa: F401

@@ -1,0 +1,68 @@
+"""``state="mlstate"``: the codec runs chunk by chunk (training/mlstate.py ``CHUNK``), which
+must change no bit (the io-mode step on the same backend is the reference) and must keep the
+codec's temporaries a chunk's size."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import rlxjax
+from rlxjax.training import mlstate as M
+from models import MLP, cross_entropy, onehot, rng_data
+
+
+def _mlp():
+    (x,), y, m = rng_data(0, (8, 16)), onehot(1, 8, 4), MLP()
+    return (lambda p, x, y: cross_entropy(m.apply(p, x), y),
+            m.init(jax.random.PRNGKey(0), x), (x, y))
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({4: np.uint32, 2: np.uint16}[a.dtype.itemsize])
+
+
+def _step(chunk, monkeypatch, **kw):
+    monkeypatch.setattr(M, "CHUNK", chunk)
+    loss, params, batch = _mlp()
+    step = rlxjax.coreml_train_step(loss, optax.adamw(1e-2), state="mlstate",
+                                    backend="reference", **kw)
+    return step, step.init(params, *batch), params, batch, loss
+
+
+def test_chunks_cover_the_layout_in_order():
+    structs = [jax.ShapeDtypeStruct(s, np.float32) for s in [(3, 5), (40,), (2,), (7, 7)]]
+    layout = M.make_layout(["a", "b", "c", "d"], ["param", "param", "opt_state", "opt_state"],
+                           structs)
+    saved = M.CHUNK
+    try:
+        M.CHUNK = 16
+        got = [[s.name for s in c] for c in M.chunks(layout, "float32")]
+    finally:
+        M.CHUNK = saved
+    # a chunk closes once it holds CHUNK elements, and never mixes params with optimizer state
+    assert got == [["a", "b"], ["c", "d"]]
+
+
+@pytest.mark.parametrize("chunk", [pytest.param(1, marks=pytest.mark.slow), 64])
+def test_chunked_codec_is_the_io_step_bit_for_bit(chunk, monkeypatch):
+    step, st, params, batch, loss = _step(chunk, monkeypatch)
+    io = rlxjax.coreml_train_step(loss, optax.adamw(1e-2), backend="reference")
+    io_st = io.init(params, *batch)
+    for _ in range(3):
+        st, lv = step(st, *batch)
+        io_st, io_lv = io(io_st, *batch)
+        assert float(lv) == float(io_lv)
+    for a, b in zip(jax.tree_util.tree_leaves((st.params, st.opt_state)),
+                    jax.tree_util.tree_leaves((io_st.params, io_st.opt_state))):
+        np.testing.assert_array_equal(_bits(np.asarray(a)), _bits(np.asarray(b)))
+
+
+def test_chunks_lower_the_codec_temporaries(monkeypatch):
+    whole, *_ = _step(2 ** 30, monkeypatch, target="iOS18")
+    small, *_ = _step(64, monkeypatch, target="iOS18")
+    a, b = whole.memory_analysis(), small.memory_analysis()
+    assert a.state_size_in_bytes == b.state_size_in_bytes
+    assert b.temp_size_in_bytes < a.temp_size_in_bytes
