@@ -1,14 +1,25 @@
 """The host part of ``random="inputs"`` as two XLA programs, so that compiling it is quick.
 
-Nearly all of the host part's compile time is XLA optimising the **integer** half of the
-draws: threefry's rounds (``random_bits``), key splits and folds, counters' arithmetic.
-Integer arithmetic gives the same bits at every optimisation level, so that half is
-compiled with XLA's backend optimisation off (``xla_backend_optimization_level=0``: a
-dropout model's host part compiles about 10x faster). Float arithmetic is not (LLVM fuses
-multiply-adds differently: ``normal``'s ``erf_inv`` polynomial changes in its last bits), so
-every equation that reads or makes a float - the bits turned into numbers, ``bernoulli``'s
-comparison - runs in a second program compiled as ``jax.jit`` compiles it: the draws stay
-JAX's own, bit for bit (tests/random/test_host_compile.py).
+Nearly all of the host part's compile time is XLA compiling the **integer** half of the
+draws: threefry's rounds (``random_bits``), key splits and folds, counters' arithmetic -
+and XLA's CPU compile time grows with the number of kernels, one (or more) per draw.
+Integer arithmetic gives the same bits however it is compiled, so that half is
+
+- **batched**: the equations of one signature (primitive, parameters, operand types) at one
+  depth from the arguments - the ``random_fold_in`` of every dropout layer, then the
+  ``random_bits`` of every dropout layer of one shape, then their bit shifts - are computed
+  as one ``jax.vmap``-ed equation (``schedule``), so a model with 49 dropout draws of 3
+  shapes compiles 10 equations instead of 196;
+- compiled with XLA's backend optimisation off and its older loop emitter
+  (``FAST``: ``xla_backend_optimization_level=0``, ``xla_cpu_use_fusion_emitters=False``),
+  which compiles many small kernels (the batched results' rows) far more quickly.
+
+Float arithmetic is not exact under another compilation (LLVM fuses multiply-adds
+differently: ``normal``'s ``erf_inv`` polynomial changes in its last bits), so every
+equation that reads or makes a float - the bits turned into numbers, ``bernoulli``'s
+comparison - runs in a second program compiled as ``jax.jit`` compiles it, unbatched: the
+draws stay JAX's own, bit for bit (tests/random/test_random_while.py,
+tests/random/test_host_compile.py).
 
 - **stage 1**: the equations whose operands and results are all integers, bools or keys
   (and whose nested jaxprs, if any, hold no float), computed from the host's arguments and
@@ -18,7 +29,7 @@ JAX's own, bit for bit (tests/random/test_host_compile.py).
 Each stage is compiled once per signature of the arguments, on the first call (``Staged``
 keeps the executables), so a program pays it once; ``shared`` keeps the staged functions
 of identical host parts (same equations, same constants), so a gradient and a training step
-of one loss compile their host part once.
+of one loss compile their host part once (bench/random_host_compile.py measures both).
 """
 from __future__ import annotations
 
@@ -32,7 +43,7 @@ from ... import _jax_compat as jc
 from .liveness import is_key, subjaxprs
 
 #: compiler options of stage 1 (integers only: exact at any optimisation level)
-FAST = {"xla_backend_optimization_level": 0}
+FAST = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
 def _exact_kind(aval) -> bool:
@@ -53,6 +64,76 @@ def _run(env, eqns) -> None:
             env[v] = o
 
 
+def _signature(eqn):
+    """What equations must share to be computed as one batched equation."""
+    params = sorted((k, str(p)) for k, p in eqn.params.items())
+    return (eqn.primitive.name, str(params), tuple(str(v.aval) for v in eqn.invars))
+
+
+def schedule(eqns) -> List[list]:
+    """``eqns`` (integer only, in program order) as steps of one or more equations: the
+    equations of one signature at one depth from the arguments (so none reads another's
+    result), e.g. the ``random_bits`` of every dropout layer of one shape, form one step,
+    computed as one batched equation."""
+    if any(e.effects for e in eqns):
+        return [[e] for e in eqns]
+    depth: Dict[Any, int] = {}
+    groups: Dict[Any, list] = {}
+    for eqn in eqns:
+        d = 1 + max((depth.get(v, 0) for v in eqn.invars if not isinstance(v, jc.Literal)),
+                    default=0)
+        depth.update((o, d) for o in eqn.outvars)
+        nested = any(True for _ in subjaxprs(eqn))
+        groups.setdefault((d, id(eqn) if nested else _signature(eqn)), []).append(eqn)
+    return [groups[k] for k in sorted(groups, key=lambda k: k[0])]
+
+
+class _Row:
+    """Row ``i`` of a batched step's result ``base``, sliced only where read alone."""
+
+    __slots__ = ("base", "i")
+
+    def __init__(self, base, i):
+        self.base, self.i = base, i
+
+
+def _value(x):
+    return x.base[x.i] if isinstance(x, _Row) else x
+
+
+def _column(vals):
+    """(vmap axis, operand) of one operand of a batched step: not batched when every
+    equation reads the same value; a batched result as it is when the step reads all its
+    rows in order; else the values stacked."""
+    first = vals[0]
+    if all(v is first for v in vals):
+        return None, _value(first)
+    if (isinstance(first, _Row) and first.base.shape[0] == len(vals)
+            and all(isinstance(v, _Row) and v.base is first.base and v.i == i
+                    for i, v in enumerate(vals))):
+        return 0, first.base
+    vals = [_value(v) for v in vals]
+    if all(isinstance(v, (int, float, bool, np.generic)) for v in vals):
+        return 0, np.stack(vals)
+    return 0, jax.numpy.stack(vals)
+
+
+def _run_steps(env, steps) -> None:
+    for step in steps:
+        read = lambda v: v.val if isinstance(v, jc.Literal) else env[v]  # noqa: E731
+        if len(step) == 1:
+            eqn = step[0]
+            env.update(zip(eqn.outvars, jc.eval_equation(
+                eqn, [_value(read(x)) for x in eqn.invars])))
+            continue
+        cols = [_column([read(e.invars[j]) for e in step])
+                for j in range(len(step[0].invars))]
+        outs = jax.vmap(lambda *a: jc.eval_equation(step[0], list(a)),
+                        in_axes=tuple(a for a, _ in cols))(*[c for _, c in cols])
+        for i, eqn in enumerate(step):
+            env.update((v, _Row(o, i)) for v, o in zip(eqn.outvars, outs))
+
+
 class Staged:
     """``fn(*leaves) -> [values of outvars]`` computed by the two stages (see above)."""
 
@@ -67,6 +148,7 @@ class Staged:
             else:
                 rest.append(eqn)
         self.first, self.rest = first, rest
+        self.steps = schedule(first)
         made = {o for e in first for o in e.outvars}
         read_later = [v for e in rest for v in e.invars
                       if not isinstance(v, jc.Literal) and v in made]
@@ -78,8 +160,9 @@ class Staged:
     def _stage1(self, *leaves):
         env = dict(self.consts)
         env.update(zip(self.invars, leaves))
-        _run(env, self.first)
-        return [env[v] for v in self.carried]
+        _run_steps(env, self.steps)
+        # rows sliced here: stage 2 reading the batched results whole compiles 10x slower
+        return [_value(env[v]) for v in self.carried]
 
     def _stage2(self, leaves, carried):
         env = dict(self.consts)
