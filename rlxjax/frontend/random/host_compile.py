@@ -64,6 +64,24 @@ def _run(env, eqns) -> None:
             env[v] = o
 
 
+def _threefry_dtype():
+    return jax.eval_shape(lambda: jax.random.key(0, impl="threefry2x32")).dtype
+
+
+#: primitives whose batched form (``jax.vmap``) draws other bits than one call per row
+_NOT_VMAP_INVARIANT = frozenset({"rng_bit_generator"})
+
+
+def _batchable(eqn, threefry) -> bool:
+    """Whether ``eqn`` batched by ``jax.vmap`` gives each row's own result: integer
+    arithmetic and threefry keys do; ``rbg`` / ``unsafe_rbg`` keys (XLA's
+    ``rng_bit_generator``) do not, so neither do equations touching them."""
+    if eqn.primitive.name in _NOT_VMAP_INVARIANT or any(True for _ in subjaxprs(eqn)):
+        return False
+    return all(v.aval.dtype == threefry for v in list(eqn.invars) + list(eqn.outvars)
+               if is_key(v.aval))
+
+
 def _signature(eqn):
     """What equations must share to be computed as one batched equation."""
     params = sorted((k, str(p)) for k, p in eqn.params.items())
@@ -74,17 +92,18 @@ def schedule(eqns) -> List[list]:
     """``eqns`` (integer only, in program order) as steps of one or more equations: the
     equations of one signature at one depth from the arguments (so none reads another's
     result), e.g. the ``random_bits`` of every dropout layer of one shape, form one step,
-    computed as one batched equation."""
+    computed as one batched equation (when batching keeps each row's bits: ``_batchable``)."""
     if any(e.effects for e in eqns):
         return [[e] for e in eqns]
     depth: Dict[Any, int] = {}
     groups: Dict[Any, list] = {}
+    threefry = _threefry_dtype()
     for eqn in eqns:
         d = 1 + max((depth.get(v, 0) for v in eqn.invars if not isinstance(v, jc.Literal)),
                     default=0)
         depth.update((o, d) for o in eqn.outvars)
-        nested = any(True for _ in subjaxprs(eqn))
-        groups.setdefault((d, id(eqn) if nested else _signature(eqn)), []).append(eqn)
+        alone = not _batchable(eqn, threefry)
+        groups.setdefault((d, id(eqn) if alone else _signature(eqn)), []).append(eqn)
     return [groups[k] for k in sorted(groups, key=lambda k: k[0])]
 
 
