@@ -40,6 +40,7 @@ import jax
 import numpy as np
 
 from ... import _jax_compat as jc
+from . import host_numpy
 from .liveness import is_key, subjaxprs
 
 #: compiler options of stage 1 (integers only: exact at any optimisation level)
@@ -147,6 +148,11 @@ def _run_steps(env, steps) -> None:
             continue
         cols = [_column([read(e.invars[j]) for e in step])
                 for j in range(len(step[0].invars))]
+        if all(a is None for a, _ in cols):  # the same equation on the same values
+            outs = jc.eval_equation(step[0], [c for _, c in cols])
+            for eqn in step:
+                env.update(zip(eqn.outvars, outs))
+            continue
         outs = jax.vmap(lambda *a: jc.eval_equation(step[0], list(a)),
                         in_axes=tuple(a for a, _ in cols))(*[c for _, c in cols])
         for i, eqn in enumerate(step):
@@ -175,6 +181,7 @@ class Staged:
         self.carried: List = list(dict.fromkeys(read_later))  # stage 1 -> stage 2 / results
         self.invars, self.outvars = list(invars), list(outvars)
         self._compiled: Dict[Any, tuple] = {}
+        self.numpy = host_numpy.supported(first)  # stage 1 by numpy (host_numpy.py)
 
     def _stage1(self, *leaves):
         env = dict(self.consts)
@@ -190,7 +197,20 @@ class Staged:
         _run(env, self.rest)
         return [v.val if isinstance(v, jc.Literal) else env[v] for v in self.outvars]
 
+    def _stage1_numpy(self, leaves):
+        env = {v: host_numpy.to_numpy(c) for v, c in self.consts.items()}
+        env.update((v, host_numpy.to_numpy(x)) for v, x in zip(self.invars, leaves))
+        host_numpy.run(env, self.first)
+        return [host_numpy.to_jax(v, env[v]) for v in self.carried]
+
     def _compile(self, leaves):
+        """(stage 1 executable, or None for numpy's; stage 2 executable)."""
+        if self.numpy:
+            try:
+                mid = self._stage1_numpy(leaves)
+                return None, jax.jit(self._stage2).lower(list(leaves), mid).compile()
+            except Exception:  # noqa: BLE001 (a rule short of this case: XLA computes it)
+                self.numpy = False
         one = jax.jit(self._stage1).lower(*leaves).compile(compiler_options=FAST)
         mid = jax.eval_shape(self._stage1, *leaves)
         two = jax.jit(self._stage2).lower(list(leaves), mid).compile()
@@ -201,7 +221,8 @@ class Staged:
         if sig not in self._compiled:
             self._compiled[sig] = self._compile(leaves)
         one, two = self._compiled[sig]
-        return two(list(leaves), one(*leaves))
+        mid = self._stage1_numpy(leaves) if one is None else one(*leaves)
+        return two(list(leaves), mid)
 
 
 _SHARED: Dict[str, Staged] = {}
