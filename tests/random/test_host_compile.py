@@ -81,7 +81,13 @@ def _check_draws(seed, impl, draws):
                 for i, (k, (d, s)) in enumerate(zip(ks, draws))]
 
     p, leaves = _host(f, (key, np.float32(0.5)))
-    _assert_same(_staged(p)(*leaves), _one_jit(p, leaves))
+    staged = _staged(p)
+    _assert_same(staged(*leaves), _one_jit(p, leaves))
+    # threefry keys: stage 1 by numpy (host_numpy.py); rbg keys: by XLA
+    assert staged.numpy == (impl in ("threefry2x32", "legacy"))
+    xla = _staged(p)
+    xla.numpy = False  # the batched XLA stage 1, which numpy's stands in for
+    _assert_same(xla(*leaves), _one_jit(p, leaves))
 
 
 @settings(max_examples=3, deadline=None)
@@ -110,6 +116,7 @@ def test_dropout_layers_batch_into_one_threefry_per_shape():
 
     p, leaves = _host(f, (jax.random.key(5), np.float32(1.0)))
     staged = _staged(p)
+    staged.numpy = False  # (the XLA stage 1: numpy's does not batch)
     batched = {(st_[0].primitive.name, len(st_)) for st_ in staged.steps if len(st_) > 1}
     assert ("random_fold_in", 8) in batched
     assert ("random_bits", 5) in batched and ("random_bits", 3) in batched

@@ -100,6 +100,22 @@ def _shift(kind):
     return rule
 
 
+def _div(x, y):
+    """XLA's integer division: truncated; x / 0 is -1 (all ones), INT_MIN / -1 INT_MIN."""
+    zero = y == 0
+    safe = np.where(zero, 1, y).astype(y.dtype)
+    q = x // safe
+    if np.issubdtype(x.dtype, np.signedinteger):
+        q = q + ((x % safe != 0) & ((x < 0) != (safe < 0))).astype(x.dtype)
+    return np.where(zero, np.array(-1).astype(x.dtype), q).astype(x.dtype)
+
+
+def _rem(x, y):
+    """XLA's integer remainder: the dividend's sign; x % 0 is x."""
+    zero = y == 0
+    return np.where(zero, x, np.fmod(x, np.where(zero, 1, y).astype(y.dtype))).astype(x.dtype)
+
+
 def _broadcast_in_dim(x, *, shape, broadcast_dimensions, key=False, **_):
     shape, dims = tuple(shape), tuple(broadcast_dimensions)
     if key:
@@ -154,7 +170,7 @@ _ELEMENTWISE: Dict[str, Callable] = {
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "not": np.invert,
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
     "gt": np.greater, "ge": np.greater_equal, "max": np.maximum, "min": np.minimum,
-    "abs": np.abs,
+    "abs": np.abs, "div": _div, "rem": _rem,
 }
 
 #: primitive -> (rule(*operands, **params), whether it moves keys around as data)
@@ -179,8 +195,16 @@ RULES: Dict[str, tuple] = {
     "select_n": (_select_n, True), "iota": (_iota, False),
     "clamp": (lambda lo, x, hi: np.clip(x, lo, hi), False),
 }
+def _elementwise(fn):
+    def rule(*xs, **params):  # (jax >= 0.9: optional params such as out_dtype=None)
+        if any(p is not None for p in params.values()):
+            raise NotImplementedError(f"{fn.__name__} with {params}")
+        return fn(*xs)
+    return rule
+
+
 for _name, _fn in _ELEMENTWISE.items():
-    RULES[_name] = (_fn, False)
+    RULES[_name] = (_elementwise(_fn), False)
 
 
 def supported(eqns) -> bool:
@@ -232,7 +256,7 @@ def run(env: Dict[Any, np.ndarray], eqns) -> None:
             return np.asarray(v.val, dtype=v.aval.dtype)
         return env[v]
 
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         for eqn in eqns:
             rule, moves_keys = RULES[eqn.primitive.name]
             params = dict(eqn.params)
