@@ -1,14 +1,18 @@
-"""Compile time of the ``random="inputs"`` host part, and its share of a dropout model's
-first ``coreml_grad`` / ``coreml_train_step`` call, side by side in one run.
+"""Compile time of the random="inputs" host part, and its share of a first call.
 
-Table 1 (the host part alone, each way compiled fresh ``--repeats`` times, medians):
-``one jit`` is ``jax.jit`` of the whole host part (rlxjax until issue 26), ``unbatched``
-the two stages one equation per draw (integer half with XLA backend optimisation off: the
-first fix of issue 26), ``now`` host_compile.Staged (integer half batched per signature,
-XLA's loop emitter: frontend/random/host_compile.py); ``same``: the three give the same
-bits.
+Measured side by side in one run: the host part compiled each way, and its share of a
+dropout model's first ``coreml_grad`` / ``coreml_train_step`` call.
 
-Table 2 (whole calls, fresh objects and an empty host-part cache each repeat, medians):
+Table 1 (the host part alone, each way compiled fresh ``--repeats`` times, medians of
+its first call): ``one jit`` is ``jax.jit`` of the whole host part (rlxjax until issue
+26), ``unbatched`` the two stages one equation per draw (integer half with XLA backend
+optimisation off: the first fix of issue 26), ``xla b.`` the integer half batched per
+signature and compiled with XLA's loop emitter, ``now`` host_compile.Staged as rlxjax
+runs it (integer half by numpy where host_numpy.py has every rule - ``stage1`` says which
+- else ``xla b.``); ``same``: all four give the same bits; ``xla ms`` / ``now ms``: one
+later call of the compiled host part (median of 20).
+
+Table 2 (whole calls, each repeat in fresh processes, medians):
 ``grad 1st`` the gradient's first call (trace, lowering, Core ML program, host compile,
 run) and ``host`` the host part's compile within it; ``step 1st`` a training step's first
 call of the same loss after the gradient (its host part is the gradient's: compiled once),
@@ -16,7 +20,7 @@ call of the same loss after the gradient (its host part is the gradient's: compi
 calls, ``host run`` one call of the compiled host part. ``%``: host part / whole call.
 
 Models: a flax MLP with three dropout layers; a 12-layer flax transformer LM with dropout
-in every block (embedding, attention weights, both residual branches: 49 draws), the
+in every block (embedding, attention weights, both residual branches: 37 draws), the
 stand-in for a keras-hub model with dropout where keras is not installed; and - when
 keras-hub is installed (KERAS_BACKEND=jax) - GPT-2 and T5 tiny configs with dropout 0.1.
 Run: ``python bench/random_host_compile.py`` (``--repeats N``, ``--models a,b``).
@@ -24,8 +28,11 @@ Run: ``python bench/random_host_compile.py`` (``--repeats N``, ``--models a,b``)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -141,9 +148,10 @@ def _env_fn(parts):
     return host
 
 
-def _staged(parts, batched=True):
+def _staged(parts, batched=True, numpy=True):
     outvars = parts.needed + parts.host_outs
     s = host_compile.Staged(parts.fj, parts.consts, parts.host_vars, parts.in_order, outvars)
+    s.numpy = s.numpy and numpy
     if not batched:  # the first fix of issue 26: one equation per step, O0 only
         s.steps = [[e] for e in s.first]
         fast = {"xla_backend_optimization_level": 0}
@@ -171,20 +179,25 @@ def _same(a, b):
 def host_table(name, parts, hargs, repeats):
     ways = {"one jit": lambda: jax.jit(_env_fn(parts)),
             "unbatched": lambda: _staged(parts, batched=False),
+            "xla": lambda: _staged(parts, numpy=False),
             "now": lambda: _staged(parts)}
     times = {k: [] for k in ways}
-    outs = {}
+    outs, made = {}, {}
     for _ in range(repeats):
         for k, make in ways.items():
-            t, outs[k] = _first_call(make, hargs)
+            made[k] = make()
+            t, outs[k] = _first_call(lambda: made[k], hargs)
             times[k].append(t)
     med = {k: statistics.median(v) for k, v in times.items()}
-    same = _same(outs["now"], outs["one jit"]) and _same(outs["unbatched"], outs["one jit"])
+    run = {k: 1000 * statistics.median(_timed(made[k], *hargs) for _ in range(20))
+           for k in ("xla", "now")}
+    same = all(_same(outs[k], outs["one jit"]) for k in ways)
     draws = sum(e.primitive.name == "random_bits" for e in parts.in_order)
+    stage1 = "numpy" if made["now"].numpy else "xla"
     return (f"{name:<12} {len(parts.in_order):>5} {draws:>5} {med['one jit']:>8.2f} "
-            f"{med['unbatched']:>9.2f} {med['now']:>6.2f} "
+            f"{med['unbatched']:>9.2f} {med['xla']:>7.2f} {med['now']:>6.2f} "
             f"{med['one jit'] / med['now']:>6.1f}x {med['unbatched'] / med['now']:>6.1f}x "
-            f"{'yes' if same else 'NO':>5}")
+            f"{'yes' if same else 'NO':>5} {stage1:>6} {run['xla']:>7.1f} {run['now']:>7.1f}")
 
 
 class _HostClock:
@@ -214,35 +227,45 @@ def _timed(fn, *args):
     return time.perf_counter() - t
 
 
-def calls_row(name, loss, args, repeats, clock):
-    cols = {k: [] for k in ("g1", "gh", "g2", "s1", "sh", "s2", "a1", "ah", "run")}
+def one_process(loss, args, which):
+    """One repeat of table 2 in this (fresh) process: 'grad' (gradient, then a training
+    step sharing its host part) or 'alone' (a training step with nothing before it)."""
+    clock, cols = _HostClock(), {}
+    step = rlxjax.coreml_train_step(loss, optax.adam(1e-3), random="inputs")
+    state = [step.init(args[0])]
+
+    def one_step():
+        state[0], value = step(state[0], *args[1:])
+        return value
+
+    if which == "alone":
+        cols["a1"] = _timed(one_step)
+        cols["ah"] = clock.lap()
+        return cols
+    grad = rlxjax.coreml_grad(loss, random="inputs")
+    cols["g1"] = _timed(grad, *args)
+    cols["gh"] = clock.lap()
+    cols["g2"] = _timed(grad, *args)
+    cols["s1"] = _timed(one_step)
+    cols["sh"] = clock.lap()
+    cols["s2"] = _timed(one_step)
+    host = grad.lower(*args)._traced.host
+    leaves = jax.tree_util.tree_leaves(tuple(args))
+    hargs = [leaves[i] for i in host.leaves]
+    cols["run"] = statistics.median(_timed(host.fn, *hargs) for _ in range(20))
+    return cols
+
+
+def calls_row(name, repeats):
+    """Table 2's row of ``name``: medians over ``repeats`` fresh processes of each kind
+    (in one process, JAX's tracing caches would make every repeat after the first warm)."""
+    cols: dict = {}
     for _ in range(repeats):
-        host_compile._SHARED.clear()
-        clock.lap()
-        grad = rlxjax.coreml_grad(loss, random="inputs")
-        cols["g1"].append(_timed(grad, *args))
-        cols["gh"].append(clock.lap())
-        cols["g2"].append(_timed(grad, *args))
-        step = rlxjax.coreml_train_step(loss, optax.adam(1e-3), random="inputs")
-        state = [step.init(args[0])]
-
-        def one_step():
-            state[0], value = step(state[0], *args[1:])
-            return value
-
-        cols["s1"].append(_timed(one_step))
-        cols["sh"].append(clock.lap())
-        cols["s2"].append(_timed(one_step))
-        host = grad.lower(*args)._traced.host
-        leaves = jax.tree_util.tree_leaves(tuple(args))
-        hargs = [leaves[i] for i in host.leaves]
-        cols["run"].append(_timed(host.fn, *hargs))
-        host_compile._SHARED.clear()
-        clock.lap()
-        alone = rlxjax.coreml_train_step(loss, optax.adam(1e-3), random="inputs")
-        fresh = alone.init(args[0])
-        cols["a1"].append(_timed(lambda: alone(fresh, *args[1:])[1]))
-        cols["ah"].append(clock.lap())
+        for which in ("grad", "alone"):
+            out = subprocess.run([sys.executable, __file__, "--child", name, which],
+                                 capture_output=True, text=True, check=True).stdout
+            for k, v in json.loads(out.strip().splitlines()[-1]).items():
+                cols.setdefault(k, []).append(v)
     m = {k: statistics.median(v) for k, v in cols.items()}
     pct = lambda h, w: f"{100 * h / w:>4.0f}%"  # noqa: E731
     return (f"{name:<12} {m['g1']:>8.2f} {m['gh']:>5.2f} {pct(m['gh'], m['g1'])} "
@@ -251,37 +274,48 @@ def calls_row(name, loss, args, repeats, clock):
             f"{1000 * m['run']:>8.1f}")
 
 
+def _models():
+    models = {"flax-mlp": flax_mlp, "flax-lm12": flax_transformer}
+    try:
+        import keras_hub  # noqa: F401
+        models.update(gpt2=lambda: _keras_lm("gpt2"), t5=lambda: _keras_lm("t5"))
+    except ImportError:
+        pass
+    return models
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", default=None, help="comma-separated subset of the models")
+    ap.add_argument("--child", nargs=2, metavar=("MODEL", "WHICH"), help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
-    models = [("flax-mlp", flax_mlp), ("flax-lm12", flax_transformer)]
-    try:
-        import keras_hub  # noqa: F401
-        models += [("gpt2", lambda: _keras_lm("gpt2")), ("t5", lambda: _keras_lm("t5"))]
-    except ImportError:
+    models = _models()
+    if opts.child:
+        loss, args = models[opts.child[0]]()
+        print(json.dumps(one_process(loss, args, opts.child[1])))
+        return
+    if "gpt2" not in models:
         print("(keras-hub not installed: the flax models only; flax-lm12 stands in for a "
               "keras-hub model with dropout)")
-    if opts.models:
-        models = [m for m in models if m[0] in opts.models.split(",")]
-    built = [(name, *make()) for name, make in models]
+    names = opts.models.split(",") if opts.models else list(models)
     print(f"\n1. host part compile, s (medians of {opts.repeats})")
     print(f"{'model':<12} {'eqns':>5} {'draws':>5} {'one jit':>8} {'unbatched':>9} "
-          f"{'now':>6} {'vs jit':>7} {'vs unb':>7} {'same':>5}")
-    for name, loss, args in built:
+          f"{'xla b.':>7} {'now':>6} {'vs jit':>7} {'vs unb':>7} {'same':>5} {'stage1':>6} "
+          f"{'xla ms':>7} {'now ms':>7}")
+    for name in names:
+        loss, args = models[name]()
         host = rlxjax.coreml_grad(loss, random="inputs").lower(*args)._traced.host
         leaves = jax.tree_util.tree_leaves(tuple(args))
         print(host_table(name, host.parts, [leaves[i] for i in host.leaves], opts.repeats),
               flush=True)
-    print(f"\n2. whole calls with the host part as now, s (medians of {opts.repeats}); "
-          "host = its compile inside the call")
+    print(f"\n2. whole calls with the host part as now, s (medians of {opts.repeats} fresh "
+          "processes); host = its compile inside the call")
     print(f"{'model':<12} {'grad 1st':>8} {'host':>5} {'%':>5} {'2nd':>6} {'step 1st':>8} "
           f"{'host':>5} {'%':>5} {'2nd':>6} {'alone':>7} {'host':>5} {'%':>5} "
           f"{'host run ms':>8}")
-    clock = _HostClock()
-    for name, loss, args in built:
-        print(calls_row(name, loss, args, opts.repeats, clock), flush=True)
+    for name in names:
+        print(calls_row(name, opts.repeats), flush=True)
 
 
 if __name__ == "__main__":

@@ -90,6 +90,23 @@ def _check_draws(seed, impl, draws):
     _assert_same(xla(*leaves), _one_jit(p, leaves))
 
 
+def test_long_runs_switch_to_the_compiled_stage(monkeypatch):
+    """After NUMPY_CALLS calls of one signature the compiled stage 1 takes over from
+    numpy's, feeding the same stage 2 the same bits."""
+    monkeypatch.setattr(host_compile, "NUMPY_CALLS", 2)
+
+    def f(key, x):
+        k1, k2 = jax.random.split(key)
+        return x + jax.random.normal(k1, (3,)) + jax.random.bernoulli(k2, 0.4, (3,))
+
+    p, leaves = _host(f, (jax.random.key(9), np.float32(1.0)))
+    staged, want = _staged(p), _one_jit(p, leaves)
+    for _ in range(4):
+        _assert_same(staged(*leaves), want)
+    (entry,) = staged._compiled.values()
+    assert staged.numpy and entry[0] is not None and entry[2] == 3
+
+
 @settings(max_examples=3, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), impl=KEYS, draws=DRAWS)
 def test_staged_equals_one_jit_bit_for_bit(seed, impl, draws):
@@ -101,6 +118,25 @@ def test_staged_equals_one_jit_bit_for_bit(seed, impl, draws):
 @given(seed=st.integers(0, 2**31 - 1), impl=KEYS, draws=DRAWS)
 def test_staged_equals_one_jit_bit_for_bit_many(seed, impl, draws):
     _check_draws(seed, impl, draws)
+
+
+@pytest.mark.parametrize("numpy", [True, False])
+def test_float_draws_equal_one_jit_bit_for_bit(numpy):
+    """Float draws whose last bits depend on how XLA compiles them (normal's erf_inv, a
+    uniform's scaling, ...), with stage 1 by numpy or by XLA."""
+    def f(key, x):
+        ks = jax.random.split(key, 4)
+        return (x + jax.random.normal(ks[0], (64,)), x * jax.random.truncated_normal(
+            ks[1], -2.0, 3.0, (64,)), x + jax.random.exponential(ks[2], (64,)),
+            x + jax.random.uniform(ks[3], (64,), minval=-3.0, maxval=7.0))
+
+    p, leaves = _host(f, (jax.random.key(11), np.float32(0.5)))
+    staged = _staged(p)
+    staged.numpy = staged.numpy and numpy
+    assert staged.numpy == numpy
+    got = staged(*leaves)
+    assert len(got) >= 4
+    _assert_same(got, _one_jit(p, leaves))
 
 
 def test_dropout_layers_batch_into_one_threefry_per_shape():

@@ -1,35 +1,34 @@
-"""The host part of ``random="inputs"`` as two XLA programs, so that compiling it is quick.
+"""The host part of ``random="inputs"`` as two stages, so that its first call is quick.
 
-Nearly all of the host part's compile time is XLA compiling the **integer** half of the
+Nearly all of the host part's compile time was XLA compiling the **integer** half of the
 draws: threefry's rounds (``random_bits``), key splits and folds, counters' arithmetic -
-and XLA's CPU compile time grows with the number of kernels, one (or more) per draw.
-Integer arithmetic gives the same bits however it is compiled, so that half is
+XLA's CPU compile time grows with the number of kernels, one or more per draw. Integer
+arithmetic gives the same bits however it is computed, so that half (**stage 1**: the
+equations whose operands and results are all integers, bools or keys, and whose nested
+jaxprs hold no float, computed from the host's arguments and constants only) is
 
-- **batched**: the equations of one signature (primitive, parameters, operand types) at one
-  depth from the arguments - the ``random_fold_in`` of every dropout layer, then the
-  ``random_bits`` of every dropout layer of one shape, then their bit shifts - are computed
-  as one ``jax.vmap``-ed equation (``schedule``), so a model with 49 dropout draws of 3
-  shapes compiles 10 equations instead of 196;
-- compiled with XLA's backend optimisation off and its older loop emitter
-  (``FAST``: ``xla_backend_optimization_level=0``, ``xla_cpu_use_fusion_emitters=False``),
-  which compiles many small kernels (the batched results' rows) far more quickly.
+- computed by **numpy** (host_numpy.py: no compile at all) when every one of its equations
+  has a numpy rule and every key is a threefry key - dropout, ``normal``, ``uniform``,
+  ``randint``, split / folded keys, nnx counters. After ``NUMPY_CALLS`` calls of one
+  signature, XLA's compiled stage 1 (below) takes over: it is quicker per call;
+- else **batched and compiled quickly by XLA**: the equations of one signature (primitive,
+  parameters, operand types) at one depth from the arguments - the ``random_fold_in`` of
+  every dropout layer, then the ``random_bits`` of every dropout layer of one shape, then
+  their shifts - are one ``jax.vmap``-ed equation (``schedule``; not for rbg keys, whose
+  batched bits differ), compiled with XLA's backend optimisation off and its older loop
+  emitter (``FAST``), which compiles many small kernels far more quickly.
 
 Float arithmetic is not exact under another compilation (LLVM fuses multiply-adds
 differently: ``normal``'s ``erf_inv`` polynomial changes in its last bits), so every
 equation that reads or makes a float - the bits turned into numbers, ``bernoulli``'s
-comparison - runs in a second program compiled as ``jax.jit`` compiles it, unbatched: the
-draws stay JAX's own, bit for bit (tests/random/test_random_while.py,
-tests/random/test_host_compile.py).
+comparison - is **stage 2**, one program compiled as ``jax.jit`` compiles it, reading stage
+1's results: the draws stay JAX's own, bit for bit (tests/random/test_host_compile.py,
+tests/random/test_host_numpy.py).
 
-- **stage 1**: the equations whose operands and results are all integers, bools or keys
-  (and whose nested jaxprs, if any, hold no float), computed from the host's arguments and
-  constants only;
-- **stage 2**: the rest, reading stage 1's results.
-
-Each stage is compiled once per signature of the arguments, on the first call (``Staged``
-keeps the executables), so a program pays it once; ``shared`` keeps the staged functions
-of identical host parts (same equations, same constants), so a gradient and a training step
-of one loss compile their host part once (bench/random_host_compile.py measures both).
+Stage 2 (and XLA's stage 1) is compiled once per signature of the arguments, on the first
+call (``Staged`` keeps the executables); ``shared`` keeps the staged functions of identical
+host parts (same equations, same constants), so a gradient and a training step of one loss
+compile their host part once. bench/random_host_compile.py measures all of it.
 """
 from __future__ import annotations
 
@@ -45,6 +44,9 @@ from .liveness import is_key, subjaxprs
 
 #: compiler options of stage 1 (integers only: exact at any optimisation level)
 FAST = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+#: calls of one signature whose stage 1 numpy computes (no compile) before XLA's compiled,
+#: batched stage 1 (quicker per call: ~2 ms against ~5 ms for 37 dropout draws) takes over
+NUMPY_CALLS = 100
 
 
 def _exact_kind(aval) -> bool:
@@ -204,23 +206,30 @@ class Staged:
         return [host_numpy.to_jax(v, env[v]) for v in self.carried]
 
     def _compile(self, leaves):
-        """(stage 1 executable, or None for numpy's; stage 2 executable)."""
+        """[stage 1 executable (None: numpy's), stage 2 executable, calls by numpy]."""
         if self.numpy:
             try:
                 mid = self._stage1_numpy(leaves)
-                return None, jax.jit(self._stage2).lower(list(leaves), mid).compile()
+                return [None, jax.jit(self._stage2).lower(list(leaves), mid).compile(), 0]
             except Exception:  # noqa: BLE001 (a rule short of this case: XLA computes it)
                 self.numpy = False
-        one = jax.jit(self._stage1).lower(*leaves).compile(compiler_options=FAST)
         mid = jax.eval_shape(self._stage1, *leaves)
         two = jax.jit(self._stage2).lower(list(leaves), mid).compile()
-        return one, two
+        return [self._compile_stage1(leaves), two, 0]
+
+    def _compile_stage1(self, leaves):
+        return jax.jit(self._stage1).lower(*leaves).compile(compiler_options=FAST)
 
     def __call__(self, *leaves):
         sig = tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves)
         if sig not in self._compiled:
             self._compiled[sig] = self._compile(leaves)
-        one, two = self._compiled[sig]
+        entry = self._compiled[sig]
+        if entry[0] is None:
+            entry[2] += 1
+            if entry[2] > NUMPY_CALLS:  # a long run: XLA's stage 1 is quicker per call
+                entry[0] = self._compile_stage1(leaves)
+        one, two = entry[0], entry[1]
         mid = self._stage1_numpy(leaves) if one is None else one(*leaves)
         return two(list(leaves), mid)
 
