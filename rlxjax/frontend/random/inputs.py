@@ -11,8 +11,8 @@ A function's jaxpr splits in two parts:
 
 Each host value a device equation reads becomes a program input ("random input", named
 after its ``jax.random`` function, e.g. ``random.bernoulli``); on each call the host runs
-its part with JAX itself (``jax.jit`` of the host equations, fed the call's key and counter
-arguments), so the program sees exactly JAX's numbers: results equal ``jax.jit``'s bit for
+its part (JAX's own computation of the host equations, fed the call's key and counter
+arguments: host_compile.py), so the program sees exactly JAX's numbers: results equal ``jax.jit``'s bit for
 bit wherever the device part computes exactly. Results of the host part the function
 returns (a new key, an incremented counter) come back from the host directly.
 
@@ -410,8 +410,8 @@ def _unique_names(inputs: List[HostInput]) -> None:
 
 
 def _host_fn(fj, consts, invars, eqns, outvars):
-    """The host part's function of its leaves: two XLA programs, the integer half
-    compiled without backend optimisation (exact, and quick to compile: host_compile.py)."""
+    """The host part's function of its leaves: its integer half by numpy (or batched, quick
+    to compile XLA), its float half as jax.jit compiles it (host_compile.py)."""
     return host_compile.shared(fj, consts, invars, eqns, outvars)
 
 
