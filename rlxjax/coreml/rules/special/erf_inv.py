@@ -8,14 +8,7 @@ import numpy as np
 
 from ...registry import lowering
 from .compose import upcast
-
-# erf_inv: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single
-# precision: erfinv(x) = x·p(w), w = -log((1 - x)(1 + x)), p a polynomial in w - 2.5 for
-# w < 5 and in sqrt(w) - 3 beyond (highest degree first).
-_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
-                   0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
-_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844,
-                0.00573950773, -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+from ....ir.special import ERFINV_CENTRAL as _ERFINV_CENTRAL, ERFINV_TAIL as _ERFINV_TAIL
 
 
 def _erf_inv(f, x):
