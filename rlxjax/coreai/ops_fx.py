@@ -1,6 +1,6 @@
 """``Fx``: float32 elementwise arithmetic on Core AI values that reads like the formula, with
 the method names of the Core ML lowering's ``Fx`` (coreml/rules/special/compose.py), so
-that the special-function compositions port line for line (ops_special2.py). Every operand
+that ir/special_eval.py's compositions run on Core AI (ops_special2.py). Every operand
 may be a value or a Python number (a rank-0 float32 constant). No rule is registered here.
 
 Core AI's own pitfalls are handled here once: ``log1p`` is ops_elementwise.py's rule (its
@@ -23,7 +23,7 @@ F32 = DType.f32
 
 class Fx:
     def __init__(self, ctx):
-        self.ctx, self.ca = ctx, ctx.ca
+        self.ctx, self.ca, self.dt = ctx, ctx.ca, F32
 
     def v(self, x):
         return self.ctx.scalar(float(x), F32) if isinstance(x, (int, float, np.floating,
