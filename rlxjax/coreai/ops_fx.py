@@ -5,7 +5,10 @@ may be a value or a Python number (a rank-0 float32 constant). No rule is regist
 
 Core AI's own pitfalls are handled here once: ``log1p`` is ops_elementwise.py's rule (its
 compiler folds Goldberg's ``(x + 1) − 1``), ``floor`` is the exact floor_divide form,
-``le`` / ``ge`` are ``lt or eq`` / ``gt or eq`` (false with NaN, as IEEE).
+``le`` / ``ge`` are ``lt or eq`` / ``gt or eq`` (false with NaN, as IEEE), and a test
+``x == ±inf`` is ``x > FLT_MAX`` / ``x < -FLT_MAX``: Core AI's compiler folded
+``equal(2.0, inf)`` of two constants to true (measured: zeta(2, x) with a constant 2 came
+out all NaN).
 """
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ import numpy as np
 
 from ..ir import DType, TensorType
 from .ops_base import RULES
-from .ops_elementwise import floor
 
 F32 = DType.f32
 
@@ -58,7 +60,9 @@ class Fx:
         return self.ca.abs_(x)
 
     def floor(self, x):
-        return floor(self.ctx, x, F32)
+        """floor(x) exactly: float floor_divide by 1, ±inf (NaN there) passed through."""
+        fl = self.ca.broadcasting_floor_divide(x, self.v(1.0))
+        return self.select(self.isinf(x), x, fl)
 
     def sqrt(self, x):
         return self.ca.sqrt(x)
@@ -96,6 +100,11 @@ class Fx:
         return self.ctx.gt(self.v(x), self.v(y))
 
     def eq(self, x, y):
+        if isinstance(y, (float, np.floating)) and np.isinf(y):
+            # x == ±inf as x > FLT_MAX / x < -FLT_MAX: Core AI's compiler folded
+            # equal(2.0, inf) of constants to true (measured)
+            big = float(np.finfo(np.float32).max)
+            return self.gt(x, big) if y > 0 else self.lt(x, -big)
         return self.ctx.eq(self.v(x), self.v(y))
 
     def ne(self, x, y):

@@ -5,8 +5,8 @@
 
 The columns of ``w = a`` (``aᵀ`` when m < n: w is tall; an odd count gets a zero column)
 are rotated pairwise by the Jacobi rotation that zeroes ``w_p·w_q`` wherever
-``|w_p·w_q| > tol·‖w_p‖‖w_q‖`` (``tol = sqrt(rows)·eps``), the same rotations accumulating
-in ``v``; a round rotates n/2 disjoint pairs at once. Where the Core ML rule gathers a
+``|w_p·w_q| > tol·‖w_p‖‖w_q‖`` (``tol = sqrt(rows)·eps``), the same rotations
+accumulating in ``v``; a round rotates n/2 disjoint pairs at once. Where the Core ML rule gathers a
 round's columns (``gather`` at the round's row of the table), this one multiplies by the
 round's 0/1 permutation matrix (read by ops_linalg.py's one-hot ``take``): each result is
 one product by 1 plus exact zeros, so finite values move exactly (Core AI's

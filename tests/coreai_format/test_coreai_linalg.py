@@ -102,6 +102,10 @@ _SPECIAL = {
     "digamma": (lax.digamma, scipy_special.psi, 3.0),
     "zeta": (lax.zeta, scipy_special.zeta, 2.0),
     "polygamma": (lax.polygamma, lambda m, x: scipy_special.polygamma(m.astype(int), x), 4.0),
+    # digamma's derivative: polygamma(1, x) with a constant order (zeta(2, x): Core AI's
+    # compiler once folded equal(2.0, inf) of constants to true, coreai/ops_fx.py)
+    "digamma_grad": (jax.vmap(jax.grad(lax.digamma)),
+                     lambda x: scipy_special.polygamma(1, x), 2.5),
 }
 
 
@@ -112,7 +116,7 @@ def _points(name):
         return (_X * 5,)
     if name == "atan2":
         return (np.roll(_X, 7), _X)
-    if name in ("lgamma", "digamma"):  # off the poles (0 and the negative integers)
+    if name in ("lgamma", "digamma", "digamma_grad"):  # off the poles (0 and the negative integers)
         x = np.concatenate([_X[1:-5:2], np.linspace(0.01, 30, 300), [1.0, 2.0, 1e30]])
         return (x[(x > 0) | (x != np.round(x))],)
     q = np.linspace(0.1, 20, 200)

@@ -1,7 +1,7 @@
 """Lowering: the exponentially scaled modified Bessel functions of orders 0 and 1
 (bessel_i0e, bessel_i1e), composed from MIL ops (MIL has none of them; Cephes' expansions,
-ir/special_eval.py), evaluated in fp32 (compose.upcast) when the program computes in fp16. Accuracies against float64:
-docs/numerics.md ("Elementwise math").
+ir/special_eval.py), evaluated in fp32 (compose.upcast) when the program computes in fp16.
+Accuracies against float64: docs/numerics.md ("Elementwise math").
 """
 from __future__ import annotations
 
