@@ -13,17 +13,16 @@ out all NaN).
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Sequence
-
 import numpy as np
 
 from ..ir import DType, TensorType
+from ..ir.special_eval import FxCommon
 from .ops_base import RULES
 
 F32 = DType.f32
 
 
-class Fx:
+class Fx(FxCommon):
     def __init__(self, ctx):
         self.ctx, self.ca, self.dt = ctx, ctx.ca, F32
 
@@ -125,12 +124,6 @@ class Fx:
     def not_(self, p):
         return self.ca.not_(p)
 
-    def any_of(self, *ps):
-        out = ps[0]
-        for p in ps[1:]:
-            out = self.or_(out, p)
-        return out
-
     def isnan(self, x):
         return self.ne(x, x)
 
@@ -139,15 +132,3 @@ class Fx:
 
     def select(self, cond, on_true, on_false):
         return self.ctx.where(cond, self.v(on_true), self.v(on_false))
-
-    # -- exact helpers -----------------------------------------------------------------------
-    def is_negative(self, x):
-        """x < 0, and True for -0.0 too (1 / -0 = -inf)."""
-        return self.or_(self.lt(x, 0), self.and_(self.eq(x, 0), self.lt(self.div(1, x), 0)))
-
-    def horner(self, coeffs: Sequence[float], u):
-        """sum(coeffs[i] · u^(n-1-i)): coefficients highest degree first."""
-        acc = self.add(self.mul(u, float(coeffs[0])), float(coeffs[1]))
-        for k in coeffs[2:]:
-            acc = self.add(self.mul(acc, u), float(k))
-        return acc

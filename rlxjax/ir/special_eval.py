@@ -35,6 +35,27 @@ import numpy as np
 from .special import ERFINV_CENTRAL, ERFINV_TAIL, I0E_A, I0E_B, I1E_A, I1E_B
 
 
+class FxCommon:
+    """What both formats' ``Fx`` derive from their elementwise ops the same way."""
+
+    def any_of(self, *ps):
+        out = ps[0]
+        for p in ps[1:]:
+            out = self.or_(out, p)
+        return out
+
+    def is_negative(self, x):
+        """x < 0, and True for -0.0 too (1 / -0 = -inf): the sign bit, without a bitcast."""
+        return self.or_(self.lt(x, 0), self.and_(self.eq(x, 0), self.lt(self.div(1, x), 0)))
+
+    def horner(self, coeffs, u):
+        """sum(coeffs[i] · u^(n-1-i)): coefficients highest degree first."""
+        acc = self.add(self.mul(u, float(coeffs[0])), float(coeffs[1]))
+        for k in coeffs[2:]:
+            acc = self.add(self.mul(acc, u), float(k))
+        return acc
+
+
 def atan2(f, y, x):
     # atan of min(|x|,|y|)/max(|x|,|y|) in [0, 1], then the octant: pi/2 - t when |y| > |x|,
     # pi - t when x < 0 (or -0), the sign of y (or -0). 0/0 and inf/inf are fixed up: the
