@@ -1,5 +1,5 @@
 """Derive the polynomial coefficients of rlxjax's lgamma and digamma lowerings
-(rlxjax/coreml/rules/special/gamma.py). Needs mpmath (not a dependency of rlxjax):
+(rlxjax/ir/special_eval.py). Needs mpmath (not a dependency of rlxjax):
 ``pip install mpmath && python tools/fit_gamma.py``.
 
 - lgamma: P(t) = lgamma(2 + t) / t on t in [-0.75, 0.5] (P(0) = digamma(2) = 1 - gamma)

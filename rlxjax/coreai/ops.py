@@ -14,6 +14,8 @@ from typing import Dict
 
 from . import (control, ops_bitwise, ops_elementwise, ops_nn, ops_norm,  # noqa: F401
                ops_pool, ops_shape, ops_special, weights)
+from . import ops_linalg, ops_linalg_qr, ops_linalg_svd, ops_special2  # noqa: F401
+from . import ops_int  # noqa: F401  (after ops_shape: it wraps its dot_general rule)
 from .ops_base import Ctx
 
 __all__ = ["Ctx", "lower_nodes"]

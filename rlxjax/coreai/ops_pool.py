@@ -176,16 +176,10 @@ def _fit(ctx, x, axis, n, zero):
 
 
 # -- conv --------------------------------------------------------------------------------
-@rule("conv")
-def _conv(ctx, node, ins):
-    x, w = ins
-    p = node.params
-    xt, wt, out_t = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
-    if xt.dtype != DType.f32:
-        raise unsupported(node, f"{xt.dtype} convolutions are not lowered for Core AI yet")
-    nsp = xt.rank - 2
-    if nsp not in (1, 2, 3):
-        raise unsupported(node, f"{nsp}-d convolutions are not lowered for Core AI")
+def conv_layout(ctx, node, x, dt):
+    """The conv's input with batch groups as feature groups and its padding and lhs
+    dilation as an explicit zero ``lax.pad`` -> (x, its shape, feature groups)."""
+    p, xt = node.params, node.inputs[0].type
     groups = p["feature_groups"]
     xs = list(xt.shape)
     if p["batch_groups"] > 1:  # [G, N/G, C, *S] -> [N/G, G*C, *S]
@@ -198,9 +192,22 @@ def _conv(ctx, node, ins):
         groups = g
     cfg = [(lo, hi, d - 1) for (lo, hi), d in zip(p["padding"], p["lhs_dilation"])]
     if any(c != (0, 0, 0) for c in cfg):  # explicit zero padding of the spatial dims
-        x = lax_pad(ctx, x, xs, [(0, 0, 0), (0, 0, 0)] + cfg, ctx.scalar(0, DType.f32),
-                    DType.f32)
+        x = lax_pad(ctx, x, xs, [(0, 0, 0), (0, 0, 0)] + cfg, ctx.scalar(0, dt), dt)
         xs = list(ctx.shape(x))
+    return x, xs, groups
+
+
+@rule("conv")
+def _conv(ctx, node, ins):
+    x, w = ins
+    p = node.params
+    xt, wt, out_t = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
+    if xt.dtype != DType.f32:
+        raise unsupported(node, f"{xt.dtype} convolutions are not lowered for Core AI yet")
+    nsp = xt.rank - 2
+    if nsp not in (1, 2, 3):
+        raise unsupported(node, f"{nsp}-d convolutions are not lowered for Core AI")
+    x, xs, groups = conv_layout(ctx, node, x, DType.f32)
     strides, dil, ws = list(p["strides"]), list(p["rhs_dilation"]), list(wt.shape)
     if nsp == 1:  # as 2-D with a unit height
         x, w = ctx.reshape(x, xs[:2] + [1] + xs[2:]), ctx.reshape(w, ws[:2] + [1] + ws[2:])

@@ -15,10 +15,11 @@ from typing import Callable, List, Sequence
 import numpy as np
 
 from ....ir import DType, TensorType
+from ....ir.special_eval import FxCommon
 from ..common import Ew
 
 
-class Fx:
+class Fx(FxCommon):
     """Elementwise float arithmetic in one dtype (see the module docstring)."""
 
     def __init__(self, b, dtype: DType):
@@ -119,12 +120,6 @@ class Fx:
     def not_(self, p):
         return self.b.op("logical_not", p.type, x=p)
 
-    def any_of(self, *ps):
-        out = ps[0]
-        for p in ps[1:]:
-            out = self.or_(out, p)
-        return out
-
     def isnan(self, x):
         return self.ne(x, x)
 
@@ -138,10 +133,6 @@ class Fx:
         return self.e.select(cond, a, b)
 
     # -- exact helpers -------------------------------------------------------------------
-    def is_negative(self, x):
-        """x < 0, and True for -0.0 too (1 / -0 = -inf): the sign bit, without a bitcast."""
-        return self.or_(self.lt(x, 0), self.and_(self.eq(x, 0), self.lt(self.div(1, x), 0)))
-
     def log1p(self, x):
         """log(1 + x) to a few ulps for every x (Goldberg: log(u)·x/(u − 1), u = 1 + x)."""
         u = self.add(x, 1)
@@ -149,13 +140,6 @@ class Fx:
         general = self.mul(self.log(u), self.div(x, d))
         out = self.select(self.eq(d, 0), x, general)
         return self.select(self.eq(u, np.inf), u, out)
-
-    def horner(self, coeffs: Sequence[float], u):
-        """sum(coeffs[i] · u^(n-1-i)): coefficients highest degree first."""
-        acc = self.add(self.mul(u, float(coeffs[0])), float(coeffs[1]))
-        for k in coeffs[2:]:
-            acc = self.add(self.mul(acc, u), float(k))
-        return acc
 
     def full_like(self, x, value):
         """``value`` broadcast to ``x``'s shape (a var)."""

@@ -1,0 +1,37 @@
+"""The special functions of ir/special.py that Core AI lacks: ir/special_eval.py's
+compositions (the ones the Core ML lowering evaluates) on ops_fx.py's ``Fx``, in float32:
+``atan2``, ``cbrt``, ``nextafter`` (exact float arithmetic, no bitcast), ``erf_inv``,
+``bessel_i0e`` / ``bessel_i1e``, ``lgamma``, ``digamma``, ``zeta``, ``polygamma``.
+Measured against float64 in docs/coreai.md.
+"""
+from __future__ import annotations
+
+from ..ir import DType, special_eval
+from .ops_base import rule, unsupported
+from .ops_fx import Fx
+from .ops_linalg import widen
+
+
+def _args(ctx, node, ins):
+    """The operands at the result's shape (Core AI's where misbehaved on operands that
+    broadcast along different dims: ops_linalg.py ``widen``)."""
+    t = node.outputs[0].type
+    if t.dtype != DType.f32:
+        raise unsupported(node, f"{node.op} of {t.dtype} is not lowered for Core AI yet")
+    return Fx(ctx), [widen(ctx, v, t.shape, DType.f32) for v in ins]
+
+
+def _composed(fn):
+    def lower(ctx, node, ins):
+        f, args = _args(ctx, node, ins)
+        return fn(f, *args)
+
+    return lower
+
+
+for _op, _fn in (("atan2", special_eval.atan2), ("cbrt", special_eval.cbrt),
+                 ("nextafter", special_eval.nextafter), ("erf_inv", special_eval.erf_inv),
+                 ("bessel_i0e", special_eval.i0e), ("bessel_i1e", special_eval.i1e),
+                 ("lgamma", special_eval.lgamma), ("digamma", special_eval.digamma),
+                 ("zeta", special_eval.zeta), ("polygamma", special_eval.polygamma)):
+    rule(_op)(_composed(_fn))
