@@ -148,7 +148,7 @@ def gpt2_rows(seq, layers):
 
 def gpt2_table(seqs, layers):
     print(f"\nGPT-2 small ({layers} layers, d 768, vocab 50257), batch 1, adamw, iOS18 fp32, "
-          "state='io'")
+          "state='io' unless the row says mlstate")
     print(f"{'seq':>4} {'program':<17} {'temp MiB':>9} {'x emitted':>9} {'temp XLA-like':>13} "
           f"{'peak MiB':>9} {'GFLOP':>7} {'recompute':>9} {'XLA temp':>9} {'XLA peak':>9} "
           f"{'compile s':>9}")
