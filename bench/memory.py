@@ -17,7 +17,11 @@ the FLOPs of each step (coreml/cost.py) and what recomputation adds; XLA's temp 
 peak for the same step without and with the remat. XLA places
 temporaries in output buffers not yet written (a gradient in the buffer of its new
 parameter), so its temp is small; rlxjax's temp counts every live value that is not an
-output, and the peaks are the comparable totals.
+output, and ``temp_outside_outputs_in_bytes`` ("temp XLA-like") counts them as XLA does
+(rlxjax/memory.py). Then ``state="mlstate"`` (parameters and optimizer state in Core ML
+states) with the state codec on chunks (training/mlstate.py ``CHUNK``) and on the whole
+packed vector (``CHUNK`` past the vector's length: what every program did before chunks),
+next to XLA's step with the parameters and optimizer state donated (updated in place).
 
 Run: ``python bench/memory.py [--layers N] [--seqs 128,512] [--skip-workloads]``.
 """
@@ -38,6 +42,7 @@ sys.path.insert(0, HERE)
 
 import rlxjax  # noqa: E402
 import rlxjax.coreml.format as coreml_format  # noqa: E402
+from rlxjax.training import mlstate  # noqa: E402
 from rlxjax.runtime.reference.liveness import LiveBytesProgram  # noqa: E402
 
 MIB = 2 ** 20
@@ -54,14 +59,17 @@ def emitted_order():
         coreml_format.order_for_memory = saved
 
 
-def xla_stats(loss, opt, params, opt_state, batch, has_aux=False):
+def xla_stats(loss, opt, params, opt_state, batch, has_aux=False, donate=False):
+    """XLA's memory_analysis() of jax.jit of the step; ``donate``: parameters and optimizer
+    state donated (updated in place, as ``state="mlstate"`` updates its states)."""
     def step(p, s, *b):
         g = jax.grad(loss, has_aux=has_aux)(p, *b)
         g = g[0] if has_aux else g
         u, s = opt.update(g, s, p)
         return optax.apply_updates(p, u), s
 
-    return jax.jit(step).lower(params, opt_state, *batch).compile().memory_analysis()
+    return jax.jit(step, donate_argnums=(0, 1) if donate else ()).lower(
+        params, opt_state, *batch).compile().memory_analysis()
 
 
 def feeds_of(compiled, *args):
@@ -93,43 +101,71 @@ def workloads_table():
               f"{tm / 1024:>12.1f} {(t1 - tm) / tm:>16.2%} {x.temp_size_in_bytes / 1024:>12.1f}")
 
 
+@contextlib.contextmanager
+def whole_vector_codec():
+    """Compile ``state="mlstate"`` steps with the codec on the whole packed vector."""
+    saved = mlstate.CHUNK
+    mlstate.CHUNK = 2 ** 62
+    try:
+        yield
+    finally:
+        mlstate.CHUNK = saved
+
+
 def gpt2_rows(seq, layers):
     from scale_models import gpt2_small
 
     rows = []
-    for label, remat, ordered in (("emitted", False, False), ("ordered", False, True),
-                                  ("ordered+remat", True, True)):
+    xla = {}  # (remat, donated) -> XLA's stats
+    for label, remat, ordered, state in (
+            ("emitted", False, False, "io"), ("ordered", False, True, "io"),
+            ("ordered+remat", True, True, "io"), ("mlstate", False, True, "mlstate"),
+            ("mlstate+remat", True, True, "mlstate"),
+            ("mlstate unchunked", False, True, "mlstate")):
         _, params, _, loss, batch = gpt2_small(seq=seq, remat=remat, layers=layers)
         opt = optax.adamw(1e-4)
         ostate = jax.eval_shape(opt.init, params)
         t0 = time.perf_counter()
-        with (contextlib.nullcontext() if ordered else emitted_order()):
-            c = rlxjax.coreml_train_step(loss, opt, target="iOS18").lower(
+        with contextlib.ExitStack() as stack:
+            if not ordered:
+                stack.enter_context(emitted_order())
+            if label.endswith("unchunked"):
+                stack.enter_context(whole_vector_codec())
+            c = rlxjax.coreml_train_step(loss, opt, target="iOS18", state=state).lower(
                 params, ostate, *batch).compile()
         secs = time.perf_counter() - t0
         m = c.memory_analysis()
-        x = xla_stats(loss, opt, params, ostate, batch) if label != "emitted" else None
+        x = None
+        if label in ("ordered", "ordered+remat", "mlstate", "mlstate+remat"):
+            key = (remat, state)
+            if key not in xla:
+                xla[key] = xla_stats(loss, opt, params, ostate, batch,
+                                     donate=state == "mlstate")
+            x = xla[key]
         rows.append((label, m, c.cost_analysis()["flops"], x, secs))
     return rows
 
 
 def gpt2_table(seqs, layers):
     print(f"\nGPT-2 small ({layers} layers, d 768, vocab 50257), batch 1, adamw, iOS18 fp32, "
-          "state='io'")
-    print(f"{'seq':>4} {'program':<14} {'temp MiB':>9} {'x emitted':>9} {'peak MiB':>9} "
-          f"{'GFLOP':>7} {'recompute':>9} {'XLA temp':>9} {'XLA peak':>9} {'compile s':>9}")
+          "state='io' unless the row says mlstate")
+    print(f"{'seq':>4} {'program':<17} {'temp MiB':>9} {'x emitted':>9} {'temp XLA-like':>13} "
+          f"{'peak MiB':>9} {'GFLOP':>7} {'recompute':>9} {'XLA temp':>9} {'XLA peak':>9} "
+          f"{'compile s':>9}")
     for seq in seqs:
         rows = gpt2_rows(seq, layers)
         base_temp = rows[0][1].temp_size_in_bytes
         base_flops = rows[1][2]
         for label, m, flops, x, secs in rows:
-            extra = f"{(flops - base_flops) / base_flops:+.1%}" if label.endswith("remat") \
+            extra = f"{(flops - base_flops) / base_flops:+.1%}" if label == "ordered+remat" \
                 else ""
             xt = f"{x.temp_size_in_bytes / MIB:9.1f}" if x is not None else f"{'':>9}"
             xa = (f"{(x.argument_size_in_bytes + x.output_size_in_bytes + x.temp_size_in_bytes - x.alias_size_in_bytes) / MIB:9.1f}"  # noqa: E501
                   if x is not None else f"{'':>9}")
-            print(f"{seq:>4} {label:<14} {m.temp_size_in_bytes / MIB:>9.1f} "
-                  f"{m.temp_size_in_bytes / base_temp:>9.2f} {m.peak_memory_in_bytes / MIB:>9.1f} "
+            print(f"{seq:>4} {label:<17} {m.temp_size_in_bytes / MIB:>9.1f} "
+                  f"{m.temp_size_in_bytes / base_temp:>9.2f} "
+                  f"{m.temp_outside_outputs_in_bytes / MIB:>13.1f} "
+                  f"{m.peak_memory_in_bytes / MIB:>9.1f} "
                   f"{flops / 1e9:>7.1f} {extra:>9} {xt} {xa} {secs:>9.1f}")
 
 

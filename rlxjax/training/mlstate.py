@@ -310,23 +310,33 @@ def state_bindings(layout: Layout) -> Dict[str, str]:
     return {name: "new." + name for name, _, _ in layout.states()}
 
 
-#: the codec runs on chunks of consecutive leaves (of one dtype and role) of at least this
-#: many elements (a larger leaf is a chunk of its own): its elementwise temporaries are a
-#: chunk's size, not the whole vector's, and the ops it costs (~75 per chunk and direction)
-#: stay a few thousand on a model of GPT-2's size
+#: the codec runs on chunks of the packed vector of at most this many elements: runs of
+#: consecutive leaves of one dtype and role, a larger leaf cut into several chunks. Its
+#: elementwise temporaries are a chunk's size, not the whole vector's, and the ops it costs
+#: (~75 per chunk and direction) stay a few thousand on a model of GPT-2's size.
 CHUNK = 2 ** 23
 
 
-def chunks(layout: Layout, dtype: str) -> List[List[Slot]]:
+#: one piece of a chunk: (slot, first element, end element) of the slot's flat values
+Segment = Tuple[Slot, int, int]
+
+
+def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
     """The slots of ``dtype`` in layout order, cut into the codec's chunks (``CHUNK``)."""
-    out: List[List[Slot]] = []
+    out: List[List[Segment]] = []
     size = 0
     for s in layout.group(dtype):
-        if not out or size >= CHUNK or out[-1][-1].role != s.role:
-            out.append([])
-            size = 0
-        out[-1].append(s)
-        size += s.size
+        lo = 0
+        while lo < s.size or (s.size == 0 and lo == 0):
+            if not out or size >= CHUNK or out[-1][-1][0].role != s.role:
+                out.append([])
+                size = 0
+            hi = min(s.size, lo + CHUNK - size)
+            out[-1].append((s, lo, hi))
+            size += hi - lo
+            if s.size == 0:
+                break
+            lo = hi
     return out
 
 
@@ -336,30 +346,30 @@ def unpack(layout: Layout, *pieces):
     decoding the whole vector gives - and the memory order (coreml/mil_order.py) can decode
     a chunk when its leaves are first needed."""
     it = iter(pieces)
-    leaves = {}
+    parts: Dict[str, list] = {s.name: [] for s in layout.slots}
     for dtype, _ in _TAGS:
         if not layout.length(dtype):
             continue
         packed = [next(it) for _ in layout.codec.pieces(dtype)]
         for chunk in chunks(layout, dtype):
-            lo, hi = chunk[0].offset, chunk[-1].offset + chunk[-1].size
+            lo = chunk[0][0].offset + chunk[0][1]
+            hi = chunk[-1][0].offset + chunk[-1][2]
             flat = layout.codec.decode(dtype, *[_slice(p, lo, hi) for p in packed])
-            for s in chunk:
-                leaves[s.name] = _slice(flat, s.offset - lo, s.offset - lo + s.size
-                                        ).reshape(s.shape)
-    return [leaves[s.name] for s in layout.slots]
+            for s, a, b in chunk:
+                parts[s.name].append(_slice(flat, s.offset + a - lo, s.offset + b - lo))
+    return [_concat(parts[s.name]).reshape(s.shape) for s in layout.slots]
 
 
 def pack(layout: Layout, *leaves):
     """Traced: leaves in layout order -> state pieces: each chunk encoded on its own (as
     ``unpack`` decodes), the pieces then concatenated in layout order."""
-    by_name = {s.name: x for s, x in zip(layout.slots, leaves)}
+    flat = {s.name: x.reshape(-1) for s, x in zip(layout.slots, leaves)}
     out = []
     for dtype, _ in _TAGS:
         if not layout.length(dtype):
             continue
-        encoded = [layout.codec.encode(dtype, _concat([by_name[s.name].reshape(-1)
-                                                       for s in chunk]))
+        encoded = [layout.codec.encode(dtype, _concat([_slice(flat[s.name], a, b)
+                                                       for s, a, b in chunk]))
                    for chunk in chunks(layout, dtype)]
         out += [_concat(list(parts)) for parts in zip(*encoded)]
     return out
