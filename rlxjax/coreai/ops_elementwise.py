@@ -61,7 +61,7 @@ def _private_unary(ctx, node, ins):  # the dialect's own ops (not in the authori
     t = node.outputs[0].type  # acos 0.75 ulp, acosh 1.21 ulp at worst (docs/coreai.md)
     if not t.dtype.is_float:
         raise unsupported(node, f"{node.op} of {t.dtype} is not lowered for Core AI")
-    return ca_private.typed(node.op, t.shape, t.dtype.np.name, x=ins[0])
+    return ca_private.typed(node.op, t.shape, carried(t.dtype).np.name, x=ins[0])
 
 
 @rule("exp2")
@@ -198,13 +198,15 @@ def _integer_pow(ctx, node, ins):
     if y == 0:
         return ctx.full(1, t)
     acc, base, n = None, x, abs(y)
+    # fp16: each product rounded, as XLA rounds each f16 multiply
+    rnd = ctx.round16 if t.dtype == DType.f16 else (lambda v: v)
     while n:  # square and multiply: the products XLA's integer_pow computes
         if n & 1:
-            acc = base if acc is None else ctx.mul(acc, base)
+            acc = base if acc is None else rnd(ctx.mul(acc, base))
         n >>= 1
         if n:
-            base = ctx.mul(base, base)
-    if y < 0:
+            base = rnd(ctx.mul(base, base))
+    if y < 0:  # (the last rounding is lower_nodes')
         acc = ctx.div(ctx.scalar(1, t.dtype), acc)
     return acc
 
@@ -251,7 +253,7 @@ def _constant(ctx, node, ins):
 @rule("convert")
 def _convert(ctx, node, ins):
     src, dst = _t(node).dtype, node.outputs[0].type.dtype
-    if dst == src:
+    if carried(dst) == carried(src):  # f16 <-> f32: the rounding is lower_nodes'
         return ins[0]
     if dst == DType.bool:  # x != 0: NaN is True, as in JAX
         return ctx.ne(ins[0], ctx.scalar(0, src))

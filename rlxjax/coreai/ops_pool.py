@@ -181,7 +181,7 @@ def _conv(ctx, node, ins):
     x, w = ins
     p = node.params
     xt, wt, out_t = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
-    if xt.dtype != DType.f32:
+    if xt.dtype not in (DType.f32, DType.f16):  # fp16: in fp32, rounded once (as XLA:CPU)
         raise unsupported(node, f"{xt.dtype} convolutions are not lowered for Core AI yet")
     nsp = xt.rank - 2
     if nsp not in (1, 2, 3):
