@@ -186,3 +186,29 @@ def test_fp16_gradient_against_float64():
         bound = 8 * 2.0 ** -11 * np.abs(t)
         assert (np.abs(np.asarray(j, np.float64) - t) <= bound).all()  # XLA's fp16 too
         assert (np.abs(np.asarray(g, np.float64) - t) <= bound).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_reduce_precision_bit_for_bit(dtype):
+    # every fp16 value / fp32's edge binades (subnormals, flush and overflow bounds), against
+    # the constant folder's port of XLA's integer algorithm (itself checked against XLA in
+    # tests/frontend/test_reduce_precision.py) and against JAX for the formats JAX runs
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "frontend"))
+    from test_reduce_precision import (EDGE_EXPONENTS, FORMATS, SPECIAL, _binades,
+                                       _bits_equal as bits_equal)
+
+    from rlxjax.transforms.fold.bitwise import reduce_precision as folded
+
+    if dtype == "float16":
+        x = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16).view(F16)
+    else:
+        x = np.concatenate([_binades(EDGE_EXPONENTS), SPECIAL])
+    fun = lambda v: tuple(lax.reduce_precision(v, e, m) for e, m in FORMATS)  # noqa: E731
+    got = rlxjax.coreml_jit(fun, format="aimodel")(x)
+    for (e, m), g in zip(FORMATS, got):
+        bits_equal(g, folded(x, e, m))
+    for g, w in zip(got[:3], jax.jit(lambda v: fun(v)[:3])(x)):
+        bits_equal(g, w)
