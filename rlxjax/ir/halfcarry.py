@@ -4,7 +4,8 @@ rounded to fp16 (f32 -> f16 -> f32, round to nearest even, overflow to inf) afte
 whose fp32 result may not be an fp16 value.
 
 That is what XLA:CPU does for f16 (measured, jax 0.10.2): elementwise ops are computed in
-f32 and each result rounded; ``dot_general`` converts both operands to f32, runs an f32 dot
+f32 and each result rounded (its fused loops may keep a product unrounded into a following
+add); ``dot_general`` converts both operands to f32, runs an f32 dot
 and rounds once. So add / sub / mul / div / sqrt are bit-equal (fp32 has >= 2p + 2 bits:
 the double rounding is innocuous) and the rest are within fp32-then-round. Reductions
 differ: XLA:CPU accumulates an f16 ``reduce`` in f16 (a reduce-window of 32 then a reduce:

@@ -103,14 +103,13 @@ def _accumulating(a, b):  # sums of exact fp32 terms (fp16 products are exact in
 
 def test_rounded_fp16_ops_against_float64():
     fin = lambda x: np.where(np.isfinite(x), x, F16(1.5))  # noqa: E731
-    a, b = A, np.clip(B, -9, 9).astype(F16)
-    got = rlxjax.coreml_jit(_elementwise, format="aimodel")(a, b)
-    for g, t in zip(got, _f64(_elementwise, a, b)):
+    args = (A, np.clip(B, -9, 9).astype(F16), fin(A), fin(B))
+    both = lambda a, b, c, d: (_elementwise(a, b), _accumulating(c, d))  # noqa: E731
+    got_e, got_a = rlxjax.coreml_jit(both, format="aimodel")(*args)  # one compile
+    for g, t in zip(got_e, _f64(_elementwise, *args[:2])):
         _check_rounded(g, t, 4 * EPS32 * np.abs(t))
-    a, b = fin(A), fin(B)
-    got = rlxjax.coreml_jit(_accumulating, format="aimodel")(a, b)
-    sizes = _f64(lambda x, y: _accumulating(jnp.abs(x), jnp.abs(y)), a, b)
-    for g, t, s in zip(got, _f64(_accumulating, a, b), sizes):
+    sizes = _f64(lambda x, y: _accumulating(jnp.abs(x), jnp.abs(y)), *args[2:])
+    for g, t, s in zip(got_a, _f64(_accumulating, *args[2:]), sizes):
         _check_rounded(g, t, 8 * EPS32 * s)  # <= 8 terms: (n - 1) eps/2 · Σ|terms|
 
 
@@ -134,21 +133,27 @@ def _pair(draw_shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1
         hnp.arrays(np.float16, s.input_shapes[1], elements=_F16S)))
 
 
-def _chain(a, b):  # chains: each intermediate rounded as XLA rounds it (one constant per
-    # product: XLA folds (x * c1) * c2 into x * (c1 * c2), which fp16 may overflow)
-    return (a + b, a * b - a, (a - b) / (b * b + a), jnp.sqrt(jnp.abs(a * b)) * 3 + b,
-            jnp.maximum(a, b) * 1000 - b, (a.astype(jnp.float32) * b.astype(jnp.float32)
-                                            * 3.1).astype(jnp.float16) + a)
+def _chain(a, b, np=jnp):  # chains of exact ops, each result rounded to fp16
+    f32 = np.float32
+    return (a + b, a * b - a, (a - b) / (b * b + a), np.sqrt(np.abs(a * b)) * F16(3) + b,
+            np.abs(a) * F16(1000) - b,
+            (a.astype(f32) * b.astype(f32) * f32(3.1)).astype(np.float16) + a)
 
 
 @pytest.mark.slow
-@hyp.settings(max_examples=12, **_SETTINGS)
+@hyp.settings(max_examples=40, **_SETTINGS)
 @hyp.given(_pair())
 def test_exact_fp16_chains_bit_for_bit_property(ab):
+    # against numpy's fp16, which rounds every op's result (IEEE). jax.jit is not the
+    # reference for chains: XLA:CPU's fused loops may keep a product unrounded into the add
+    # that follows (measured: sqrt(|a·b|)·3 + b at a = 0.1111, b = 0.01088), and fold
+    # constant factors together
     a, b = ab
     got = rlxjax.coreml_jit(_chain, format="aimodel")(a, b)
-    for g, w in zip(got, jax.jit(_chain)(a, b)):
-        _bits_equal(g, w)
+    with np.errstate(all="ignore"):
+        want = _chain(a, b, np=np)
+    for g, w in zip(got, want):
+        _bits_equal(g, np.asarray(w, np.float16))
 
 
 @pytest.mark.slow
