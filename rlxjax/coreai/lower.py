@@ -3,7 +3,8 @@ travelling as int32 ``[1]`` / int32, as signature.py says) around the ops of ops
 
 The function boundary follows the Core ML format's conventions (rlxjax/signature.py): fp32 /
 int32 features of rank >= 1 (a rank-0 input kills the Core AI runtime, so scalars travel as
-``[1]``), bool as int32.
+``[1]``), bool as int32; an fp16 feature travels as fp32 holding fp16 values, which is also
+how the ops carry it (ops_base.py); an fp16 state is an fp16 Core AI state.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..signature import IOSpec, feature_name, unique_names as _unique
 from . import ca_private
 from .fp16 import to_fp16
 from .ops import Ctx, lower_nodes
-from .ops_base import carried, check_type
+from .ops_base import carried, check_type, native_f16_values
 
 
 def _io_dtype(d: DType) -> DType:
@@ -61,11 +62,6 @@ def lower_program(program) -> Lowered:
         graph = to_fp16(graph)
     for _, v in graph.inputs + graph.outputs:
         check_type(v.type)
-    if not graph.outputs:  # every output made on the host (zero-size, constant)
-        raise UnsupportedPrimitiveError("program", None, "a program with no device outputs "
-                                        "(all of them zero-size or constant) is not compiled "
-                                        "for Core AI yet: Core AI cannot compile a function "
-                                        "without outputs")
     if program.precision not in ("fp32", "fp16", "mixed"):
         raise RlxError(f"internal: precision {program.precision!r}")
     bound = dict(program.states or {})
@@ -92,14 +88,20 @@ def lower_program(program) -> Lowered:
     ctx = Ctx(ca_private.coreai(), native_f16=program.precision != "fp32")
 
     def body(args, reads):
+        with native_f16_values(ctx.native_f16):
+            return _body(args, reads)
+
+    def _body(args, reads):
         env: Dict[int, object] = {}
         for (_, v), a in zip(fn_in, args):
             env[v.id] = _from_io(ctx, a, v.type)
-        for (_, v), r in zip(st_in, reads):
-            env[v.id] = r
+        for (_, v), r in zip(st_in, reads):  # an fp16 state is read into its fp32 carrier
+            env[v.id] = (r if v.type.dtype != DType.f16 or ctx.native_f16 else
+                         ctx.cast(r, DType.f32))
         lower_nodes(ctx, graph.nodes, env)
         outs = [_to_io(ctx, env[v.id], v.type) for _, v in fn_out]
-        writes = {written[n]: env[v.id] for n, v in graph.outputs if n in written}
+        writes = {written[n]: _to_state(ctx, env[v.id], v.type)
+                  for n, v in graph.outputs if n in written}
         return outs, writes
 
     return Lowered(in_specs, out_specs, st_specs, body)
@@ -118,6 +120,11 @@ def _from_io(ctx, a, t: TensorType):
     elif _io_dtype(t.dtype) != carried(t.dtype):
         a = ca.cast(a, ca_private.dtype(carried(t.dtype).np.name))
     return ctx.reshape(a, ()) if t.rank == 0 else a
+
+
+def _to_state(ctx, v, t: TensorType):
+    """A state's new value in the state's own dtype (fp16 values leave their carrier)."""
+    return ctx.ca.cast(v, ctx.ca.float16) if t.dtype == DType.f16 and not ctx.native_f16 else v
 
 
 def _to_io(ctx, v, t: TensorType):

@@ -7,13 +7,16 @@ Each rule module (ops_elementwise.py, ops_shape.py, ops_nn.py, control.py) regis
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from typing import Callable, Dict
 
 import numpy as np
 
 from ..errors import JAX_NAMES, UnsupportedPrimitiveError
 from ..ir import DType, TensorType
-from ..ir.smallint import SMALL, carried, needs_wrap
+from ..ir import halfcarry, smallint
+from ..ir.smallint import SMALL, needs_wrap
 from . import ca_private
 
 NP = {DType.f32: np.float32, DType.f16: np.float16, DType.i32: np.int32, DType.bool: np.bool_}
@@ -34,12 +37,38 @@ def unsupported(node, detail="no Core AI lowering for this RLX op (yet)"):
     return UnsupportedPrimitiveError(JAX_NAMES.get(node.op, node.op), node.source, detail)
 
 
-#: the dtypes the rules are written for (fp16 values: not yet)
-DTYPES = (DType.f32, DType.i32, DType.bool, DType.i8, DType.u8)
+#: the dtypes the rules are written for
+DTYPES = (DType.f32, DType.f16, DType.i32, DType.bool, DType.i8, DType.u8)
 #: int8 / uint8 values are carried as int32 Core AI values holding the same number, wrapped
 #: into range after every op that may leave it (rlxjax/ir/smallint.py, as the Core ML
 #: lowering does); the wrap relies on Core AI's int32 arithmetic wrapping as two's
-#: complement (measured: products beyond 2**31 match JAX's)
+#: complement (measured: products beyond 2**31 match JAX's).
+#: fp16 values are carried as fp32 Core AI values holding the same number, rounded to fp16
+#: after every op that may leave the fp16 values (rlxjax/ir/halfcarry.py: XLA:CPU's own
+#: f16 arithmetic); Core AI's cast rounds to nearest even, overflows to inf and keeps fp16
+#: subnormals (measured, tests/coreai_format/test_coreai_fp16.py)
+
+
+#: set while a precision="fp16" / "mixed" program is lowered (``native_f16_values``): its f16
+#: values are then Core AI fp16 values, neither carried in fp32 nor rounded (the user asked
+#: for fp16 arithmetic, docs/coreai.md)
+_NATIVE_F16 = contextvars.ContextVar("rlxjax_coreai_native_f16", default=False)
+
+
+@contextlib.contextmanager
+def native_f16_values(on: bool):
+    token = _NATIVE_F16.set(on)
+    try:
+        yield
+    finally:
+        _NATIVE_F16.reset(token)
+
+
+def carried(d: DType) -> DType:
+    """The Core AI dtype an RLX value of dtype ``d`` is carried in."""
+    if d == DType.f16 and _NATIVE_F16.get():
+        return d
+    return halfcarry.carried(smallint.carried(d))
 
 
 def check_type(t: TensorType, node=None, native_f16: bool = False) -> None:
@@ -83,6 +112,10 @@ class Ctx:
             for v, o in zip(node.outputs, outs):
                 if v.type.dtype in SMALL and needs_wrap(node.op, node.params.get("mode")):
                     o = self.wrap(o, v.type.dtype)
+                elif v.type.dtype == DType.f16 and not self.native_f16 and halfcarry.needs_round(
+                        node.op, node.inputs[0].type.dtype if node.inputs else None,
+                        node.params.get("mode")):
+                    o = self.round16(o)
                 env[v.id] = o
 
     # -- constants -------------------------------------------------------------------------
@@ -192,6 +225,10 @@ class Ctx:
         r = self.ca.broadcasting_modulo(v, self.scalar(256, i32))
         r = self.where(self.lt(r, self.scalar(0, i32)), self.add(r, self.scalar(256, i32)), r)
         return self.sub(r, self.scalar(shift, i32)) if shift else r
+
+    def round16(self, x):
+        """The fp32-carried ``x`` rounded to fp16 (nearest even, overflow to inf)."""
+        return self.ca.cast(self.ca.cast(x, self.ca.float16), self.ca.float32)
 
     def reduce(self, kind: str, x, axes, keep_shape=None):
         """``reduce_<kind>`` over ``axes`` (Core AI keeps the dims); reshaped to

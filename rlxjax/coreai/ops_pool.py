@@ -202,7 +202,8 @@ def _conv(ctx, node, ins):
     x, w = ins
     p = node.params
     xt, wt, out_t = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
-    if xt.dtype != DType.f32:
+    # fp16 values: in their fp32 carriers, rounded once (as XLA:CPU); not in Core AI fp16
+    if xt.dtype != DType.f32 and not (xt.dtype == DType.f16 and not ctx.native_f16):
         raise unsupported(node, f"{xt.dtype} convolutions are not lowered for Core AI yet")
     nsp = xt.rank - 2
     if nsp not in (1, 2, 3):

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import DType
-from .ops_base import NP, rule
+from .ops_base import NP, carried, rule
 
 
 @rule("weight")
@@ -30,11 +29,10 @@ def _weight(ctx, node, ins):
     t = node.outputs[0].type
     scheme = p["scheme"]
     if scheme == "none":
-        return ctx.const(p["value"].astype(NP[t.dtype], copy=False))
-    var = _decompress(ctx, p, scheme)
-    if t.dtype != DType.f32:  # an fp16 program computes with the values rounded to fp16
-        var = ctx.ca.cast(var, ctx.ca.float16)
-    return var
+        value = p["value"].astype(NP[t.dtype], copy=False)  # fp16: rounded, then carried
+        return ctx.const(value.astype(NP[carried(t.dtype)], copy=False))
+    # an fp16 weight: the values rounded to fp16, carried as fp32 (ops_base.py rounds it)
+    return _decompress(ctx, p, scheme)
 
 
 def _decompress(ctx, p, scheme: str):
