@@ -199,7 +199,7 @@ def _integer_pow(ctx, node, ins):
         return ctx.full(1, t)
     acc, base, n = None, x, abs(y)
     # fp16: each product rounded, as XLA rounds each f16 multiply
-    rnd = ctx.round16 if t.dtype == DType.f16 else (lambda v: v)
+    rnd = ctx.round16 if t.dtype == DType.f16 and not ctx.native_f16 else (lambda v: v)
     while n:  # square and multiply: the products XLA's integer_pow computes
         if n & 1:
             acc = base if acc is None else rnd(ctx.mul(acc, base))
