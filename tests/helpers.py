@@ -175,3 +175,15 @@ def assert_tracks_noise_band(ours, jax_curves, trains=0.5):
         assert (np.abs(curve - mean) <= tol).all(), (curve, mean, tol)
         assert curve[-1] < trains * curve[0], curve
     return mean, tol
+
+
+def without_and_with(monkeypatch, module, pass_name: str, build):
+    """(``module.pass_name`` switched off, left on) results of ``build()``: a Core ML MIL
+    pass compared with the program it changes (tests/memory/)."""
+    out = []
+    for on in (False, True):
+        with monkeypatch.context() as m:
+            if not on:
+                m.setattr(module, pass_name, lambda model: 0)
+            out.append(build())
+    return out

@@ -12,19 +12,13 @@ from hypothesis import given, settings, strategies as st
 
 import rlxjax
 import rlxjax.coreml.format as coreml_format
+from helpers import without_and_with
 from models import workloads
 from test_memory_analysis import WORKLOADS, feeds_of
 
 
 def _both(monkeypatch, build):
-    """(without the pass, with it) compilations of ``build()``."""
-    out = []
-    for fold in (False, True):
-        with monkeypatch.context() as m:
-            if not fold:
-                m.setattr(coreml_format, "fold_matmul_transposes", lambda model: 0)
-            out.append(build())
-    return out
+    return without_and_with(monkeypatch, coreml_format, "fold_matmul_transposes", build)
 
 
 def _same_bits(r0, r1):

@@ -10,19 +10,13 @@ import pytest
 
 import rlxjax
 import rlxjax.coreml.format as coreml_format
+from helpers import without_and_with
 from models import workloads
 from test_memory_analysis import WORKLOADS, feeds_of
 
 
 def _compile_both(monkeypatch, build):
-    """(emitted order, memory order) compilations of ``build()``."""
-    out = []
-    for ordered in (False, True):
-        with monkeypatch.context() as m:
-            if not ordered:
-                m.setattr(coreml_format, "order_for_memory", lambda model: 0)
-            out.append(build())
-    return out
+    return without_and_with(monkeypatch, coreml_format, "order_for_memory", build)
 
 
 def _check_step(monkeypatch, loss, params, batch, has_aux=False):
