@@ -145,6 +145,24 @@ class Fx(FxCommon):
         """``value`` broadcast to ``x``'s shape (a var)."""
         return self.b.full(TensorType(tuple(x.shape), self.dt), value)
 
+    # -- loops (ir/special_incomplete.py) -------------------------------------------------
+    def scalar(self, value):
+        """A rank-0 constant var."""
+        return self.b.const(self.dt.np.type(value))
+
+    def mask(self, p):
+        """The bool ``p`` as 0/1 floats."""
+        return self.cast(p, DType.f32)
+
+    def max_all(self, x):
+        return max_of(self, x)
+
+    def any_true(self, mask):
+        return any_true(self, mask)
+
+    def while_loop(self, init, cond, body):
+        return while_loop(self.b, init, cond, body)
+
     def cast(self, x, dtype: DType):
         if x.dtype == dtype:
             return x
