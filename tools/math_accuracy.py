@@ -5,10 +5,12 @@ float32 results on the same points.
 
     python tools/math_accuracy.py               # every function: the table in docs/numerics.md
     python tools/math_accuracy.py lgamma cbrt   # some of them
+    python tools/math_accuracy.py --format aimodel igamma   # on Apple's Core AI runtime
 
 For each function and domain: the largest error in fp32 ulps of the exact value ("ulp"),
 and in ulps of max(|exact|, 1) ("mixed", an absolute error where the function crosses zero,
-a relative one elsewhere), for rlxjax (the compiled program on the reference backend) and
+a relative one elsewhere), for rlxjax (the compiled program on the reference backend, or
+with ``--format aimodel`` the Core AI program on its runtime: docs/coreai.md) and
 for jax.jit on the CPU. References are scipy.special / numpy in float64 (mpmath where
 scipy's own float64 value is not accurate enough to judge an fp32 result). Inputs are
 fp32 grids (linear and logarithmic) over the domain, subnormals excluded (XLA on CPU flushes
@@ -179,19 +181,26 @@ def cases():
     }
 
 
-def measure(name, fn, ref, args):
+def measure(name, fn, ref, args, fmt="mlpackage"):
     import jax
     import rlxjax
 
     args = [np.asarray(a, F32) for a in args]
     with np.errstate(all="ignore"):
         exact = ref(*[a.astype(np.float64) for a in args])
-    mine = np.asarray(rlxjax.coreml_jit(fn, backend="reference")(*args))
+    if fmt == "aimodel":
+        mine = np.asarray(rlxjax.coreml_jit(fn, format="aimodel")(*args))
+    else:
+        mine = np.asarray(rlxjax.coreml_jit(fn, backend="reference")(*args))
     xla = np.asarray(jax.jit(fn)(*args))
     return errors(mine, exact), errors(xla, exact)
 
 
 def main(argv):
+    fmt = "mlpackage"
+    if "--format" in argv:
+        i = argv.index("--format")
+        fmt, argv = argv[i + 1], argv[:i] + argv[i + 2:]
     table = cases()
     names = argv or list(table)
     print("| function | domain | rlxjax ulp | rlxjax mixed | XLA ulp | XLA mixed |")
@@ -199,7 +208,7 @@ def main(argv):
     for name in names:
         fn, ref, domains = table[name]
         for label, args in domains:
-            (e, m), (xe, xm) = measure(name, fn, ref, args)
+            (e, m), (xe, xm) = measure(name, fn, ref, args, fmt)
             print(f"| {name} | {label} | {e.max():.3g} | {m.max():.3g} | {xe.max():.3g} | "
                   f"{xm.max():.3g} |", flush=True)
 

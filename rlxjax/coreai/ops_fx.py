@@ -17,6 +17,7 @@ import numpy as np
 
 from ..ir import DType, TensorType
 from ..ir.special_eval import FxCommon
+from . import ca_private
 from .ops_base import RULES
 
 F32 = DType.f32
@@ -132,3 +133,27 @@ class Fx(FxCommon):
 
     def select(self, cond, on_true, on_false):
         return self.ctx.where(cond, self.v(on_true), self.v(on_false))
+
+    # -- loops (ir/special_incomplete.py) ----------------------------------------------------
+    def full_like(self, x, value):
+        """``value`` at ``x``'s shape: a splat constant (no ``broadcast_to``)."""
+        return self.ctx.const(np.full(self.ctx.shape(x), value, np.float32))
+
+    def scalar(self, value):
+        """A rank-0 float32 constant."""
+        return self.ctx.const(np.float32(value))
+
+    def mask(self, p):
+        """The bool ``p`` as 0/1 floats."""
+        return self.select(p, 1.0, 0.0)
+
+    def max_all(self, x):
+        """The largest element of ``x`` as a rank-0 value (Core AI's reduce_max skips NaN:
+        used on 0/1 masks only)."""
+        return self.ctx.reduce("max", x, list(range(len(self.ctx.shape(x)))), keep_shape=())
+
+    def any_true(self, mask):
+        return self.gt(self.max_all(mask), 0.0)
+
+    def while_loop(self, init, cond, body):
+        return ca_private.while_loop(list(init), cond, body)

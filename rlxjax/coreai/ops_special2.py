@@ -1,12 +1,14 @@
 """The special functions of ir/special.py that Core AI lacks: ir/special_eval.py's
 compositions (the ones the Core ML lowering evaluates) on ops_fx.py's ``Fx``, in float32:
 ``atan2``, ``cbrt``, ``nextafter`` (exact float arithmetic, no bitcast), ``erf_inv``,
-``bessel_i0e`` / ``bessel_i1e``, ``lgamma``, ``digamma``, ``zeta``, ``polygamma``.
+``bessel_i0e`` / ``bessel_i1e``, ``lgamma``, ``digamma``, ``zeta``, ``polygamma``; and
+ir/special_incomplete.py's loops: ``igamma``, ``igammac``, ``igamma_grad_a``, ``betainc``
+(Core AI ``while``s over the operands at the result's shape, rank 0 as [1]).
 Measured against float64 in docs/coreai.md.
 """
 from __future__ import annotations
 
-from ..ir import DType, special_eval
+from ..ir import DType, special_eval, special_incomplete
 from .ops_base import rule, unsupported
 from .ops_fx import Fx
 from .ops_linalg import widen
@@ -35,3 +37,22 @@ for _op, _fn in (("atan2", special_eval.atan2), ("cbrt", special_eval.cbrt),
                  ("lgamma", special_eval.lgamma), ("digamma", special_eval.digamma),
                  ("zeta", special_eval.zeta), ("polygamma", special_eval.polygamma)):
     rule(_op)(_composed(_fn))
+
+
+def _looped(fn):
+    def lower(ctx, node, ins):
+        t = node.outputs[0].type
+        shape = tuple(t.shape) or (1,)
+        f, _ = _args(ctx, node, [])
+        args = [widen(ctx, v if ctx.shape(v) else ctx.reshape(v, (1,) * len(shape)), shape,
+                      DType.f32) for v in ins]
+        out = fn(f, *args)
+        return out if tuple(t.shape) == shape else ctx.reshape(out, tuple(t.shape))
+
+    return lower
+
+
+for _op, _fn in (("igamma", special_incomplete.igamma), ("igammac", special_incomplete.igammac),
+                 ("igamma_grad_a", special_incomplete.igamma_grad_a),
+                 ("betainc", special_incomplete.betainc)):
+    rule(_op)(_looped(_fn))

@@ -105,9 +105,10 @@ def test_broadcasting_binary_ops_are_exact(shapes, name):
 
 def test_an_op_it_cannot_lower_names_the_primitive_and_the_line():
     def f(x):
-        return jax.lax.igamma(x, x)  # not lowered for Core AI (yet)
+        return jax.lax.reduce_precision(x, exponent_bits=5, mantissa_bits=0)  # refused
 
-    with pytest.raises(rlxjax.UnsupportedPrimitiveError, match=r"'igamma' at .*test_coreai_format"):
+    with pytest.raises(rlxjax.UnsupportedPrimitiveError,
+                       match=r"'reduce_precision' at .*test_coreai_format"):
         rlxjax.coreml_jit(f, format="aimodel").lower(_f32(4)).compile()
 
 
