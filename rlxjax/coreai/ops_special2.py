@@ -40,14 +40,21 @@ for _op, _fn in (("atan2", special_eval.atan2), ("cbrt", special_eval.cbrt),
 
 
 def _looped(fn):
+    """fp32, and fp16 values as XLA computes them: in fp32, rounded once (a carried fp16
+    value is rounded by Ctx.lower_nodes; a native one, precision fp16, is cast)."""
     def lower(ctx, node, ins):
         t = node.outputs[0].type
+        if t.dtype not in (DType.f32, DType.f16):
+            raise unsupported(node, f"{node.op} of {t.dtype} is not lowered for Core AI")
+        native = t.dtype == DType.f16 and ctx.native_f16
+        if native:
+            ins = [ctx.ca.cast(v, ctx.ca.float32) for v in ins]
         shape = tuple(t.shape) or (1,)
-        f, _ = _args(ctx, node, [])
         args = [widen(ctx, v if ctx.shape(v) else ctx.reshape(v, (1,) * len(shape)), shape,
                       DType.f32) for v in ins]
-        out = fn(f, *args)
-        return out if tuple(t.shape) == shape else ctx.reshape(out, tuple(t.shape))
+        out = fn(Fx(ctx), *args)
+        out = out if tuple(t.shape) == shape else ctx.reshape(out, tuple(t.shape))
+        return ctx.ca.cast(out, ctx.ca.float16) if native else out
 
     return lower
 

@@ -181,7 +181,8 @@ def test_broadcast_and_rank0_operands(shapes):
 
 @pytest.mark.slow
 @settings(max_examples=5, deadline=None)
-@given(st.lists(st.tuples(*[st.floats(1e-2, 100, width=32)] * 3, st.floats(0, 1, width=32)),
+@given(st.lists(st.tuples(*[st.floats(float(F32(1e-2)), 100, width=32)] * 3,
+                          st.floats(0, 1, width=32)),
                 min_size=1, max_size=12))
 def test_drawn_values_against_float64(vals):
     """Values drawn in the measured domains (a, x, b in [1e-2, 1e2], x in [0, 1])."""
@@ -195,3 +196,22 @@ def test_drawn_values_against_float64(vals):
                             (got[1], sp.gammaincc(a64, x64), MIXED["igammac"][0]),
                             (got[2], sp.betainc(a64, b64, u64), MIXED["betainc"][0])):
         assert math_accuracy.errors(g, exact)[1].max() <= bound
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fp16_values_bit_for_bit_with_jax(precision):
+    """fp16 operands are computed in fp32 and rounded once, as XLA does: carried fp16
+    values (precision="fp32") and Core AI fp16 ones (precision="fp16") alike."""
+    rng = np.random.default_rng(5)
+    a, x, u = (rng.uniform(lo, hi, 300).astype(np.float16)
+               for lo, hi in ((0.1, 20), (0, 30), (0, 1)))
+
+    def fun(a, x, u):
+        return (lax.igamma(a, x), lax.igammac(a, x), lax.igamma_grad_a(a, x),
+                lax.betainc(a, x + np.float16(0.5), u))
+
+    got = rlxjax.coreml_jit(fun, format="aimodel", precision=precision)(a, x, u)
+    for g, w in zip(got, jax.jit(fun)(a, x, u)):
+        assert np.asarray(g).dtype == np.float16
+        np.testing.assert_array_equal(np.asarray(g).view(np.int16), np.asarray(w).view(np.int16))
