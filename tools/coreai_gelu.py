@@ -8,8 +8,10 @@ Core AI (coreai/ops_nn.py) and XLA's ``jax.nn.gelu`` on the same points.
 For each mode and domain: the worst error in fp32 ulps of the float64 value of the same
 formula (exact: x·Φ(x) by scipy's erfc; tanh: JAX's formula evaluated in float64) and in
 ulps of max(|exact|, 1) (tools/math_accuracy.py's measure), and how many results of the op
-equal rlxjax's composition bit for bit. The op is reached by swapping the ``gelu`` rule for
-the duration of the run (rlxjax does not use it: docs/coreai.md).
+equal rlxjax's composition bit for bit; also JAX's own exact formula ``0.5·x·erfc(-x·√½)``
+with rlxjax's Core AI erfc ("erfc form"; the tanh mode's column repeats rlxjax's). The op
+and the erfc form are reached by swapping the ``gelu`` rule for the duration of the run
+(rlxjax uses neither: docs/coreai.md).
 """
 from __future__ import annotations
 
@@ -47,29 +49,51 @@ def _op_rule(ctx, node, ins):
     return ctx.ca.gelu(ins[0], approximate="tanh" if node.params["approximate"] else "none")
 
 
+def _erfc_rule(ctx, node, ins):
+    """JAX's own exact formula, 0.5·x·erfc(-x·√½), with rlxjax's Core AI erfc."""
+    from rlxjax.coreai.ops_base import RULES
+
+    if node.params["approximate"]:
+        return _SAVED(ctx, node, ins)
+    x, f32 = ins[0], node.inputs[0].type.dtype
+    erfc = RULES["erfc"](ctx, node, [ctx.mul(x, ctx.scalar(-float(np.sqrt(F32(0.5))), f32))])
+    return ctx.mul(ctx.mul(ctx.scalar(0.5, f32), x), erfc)
+
+
+_SAVED = None
+
+
+def _run_with(rule, fn, x):
+    import rlxjax
+    from rlxjax.coreai.ops_base import RULES
+
+    global _SAVED
+    _SAVED = RULES["gelu"]
+    RULES["gelu"] = rule
+    try:
+        return np.asarray(rlxjax.coreml_jit(fn, format="aimodel")(x))
+    finally:
+        RULES["gelu"] = _SAVED
+
+
 def main():
     import jax
     import rlxjax
-    from rlxjax.coreai.ops_base import RULES
     import math_accuracy
 
-    print("| mode | domain | op ulp | op mixed | rlxjax ulp | rlxjax mixed | XLA ulp | "
-          "XLA mixed | op = rlxjax bit for bit |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| mode | domain | op ulp | op mixed | rlxjax ulp | rlxjax mixed | erfc form ulp | "
+          "erfc form mixed | XLA ulp | XLA mixed | op = rlxjax bit for bit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for approximate in (False, True):
         fn = lambda x, a=approximate: jax.nn.gelu(x, approximate=a)  # noqa: E731
         for label, x in _domains():
             exact = _exact(x, approximate)
             mine = np.asarray(rlxjax.coreml_jit(fn, format="aimodel")(x))
-            saved = RULES["gelu"]
-            RULES["gelu"] = _op_rule
-            try:
-                op = np.asarray(rlxjax.coreml_jit(fn, format="aimodel")(x))
-            finally:
-                RULES["gelu"] = saved
+            op = _run_with(_op_rule, fn, x)
+            erfc = _run_with(_erfc_rule, fn, x) if not approximate else mine
             xla = np.asarray(jax.jit(fn)(x))
             cols = []
-            for v in (op, mine, xla):
+            for v in (op, mine, erfc, xla):
                 e, m = math_accuracy.errors(v, exact)
                 cols += [f"{e.max():.3g}", f"{m.max():.3g}"]
             same = np.mean(op.view(np.int32) == mine.view(np.int32))
@@ -79,12 +103,7 @@ def main():
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], F32)
     for approximate in (False, True):
         fn = lambda x, a=approximate: jax.nn.gelu(x, approximate=a)  # noqa: E731
-        saved = RULES["gelu"]
-        RULES["gelu"] = _op_rule
-        try:
-            op = np.asarray(rlxjax.coreml_jit(fn, format="aimodel")(x))
-        finally:
-            RULES["gelu"] = saved
+        op = _run_with(_op_rule, fn, x)
         print(f"{'tanh' if approximate else 'exact'} at NaN, inf, -inf, 0, -0: op {op}, "
               f"rlxjax {np.asarray(rlxjax.coreml_jit(fn, format='aimodel')(x))}, "
               f"XLA {np.asarray(jax.jit(fn)(x))}")
