@@ -1,7 +1,11 @@
 """``Fx``: float32 elementwise arithmetic on Core AI values that reads like the formula, with
 the method names of the Core ML lowering's ``Fx`` (coreml/rules/special/compose.py), so
-that ir/special_eval.py's compositions run on Core AI (ops_special2.py). Every operand
-may be a value or a Python number (a rank-0 float32 constant). No rule is registered here.
+that ir/special_eval.py's and ir/special_incomplete.py's compositions run on Core AI
+(ops_special2.py). Every operand may be a value or a Python number (a rank-0 float32
+constant). No rule is registered here. The loops (igamma, betainc) are Core AI ``while``s
+whose carries are float tensors of one shape and rank-0 floats, built without
+``broadcast_to`` (splat constants) or ``gather_along_axis`` and yielding no carry into
+another's slot (docs/coreai.md's loop hazards); measured to end and agree with float64.
 
 Core AI's own pitfalls are handled here once: ``log1p`` is ops_elementwise.py's rule (its
 compiler folds Goldberg's ``(x + 1) − 1``), ``floor`` is the exact floor_divide form,

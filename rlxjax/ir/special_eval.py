@@ -25,6 +25,8 @@ No format is imported here.
   then the Euler-Maclaurin tail with twelve Bernoulli terms at q + 10; polygamma(m, x) =
   (-1)^(m+1)·m!·zeta(m + 1, x). Accurate for q > -7; like JAX, off for q far below zero
   (docs/numerics.md). Accuracies against float64: docs/numerics.md ("Elementwise math").
+
+The incomplete gamma and beta functions, which loop: ir/special_incomplete.py.
 """
 from __future__ import annotations
 
