@@ -229,3 +229,17 @@ def test_fp16_values_bit_for_bit_with_jax(precision):
     for g, w in zip(got, jax.jit(fun)(a, x, u)):
         assert np.asarray(g).dtype == np.float16
         np.testing.assert_array_equal(np.asarray(g).view(np.int16), np.asarray(w).view(np.int16))
+
+
+@pytest.mark.slow
+def test_inside_a_scan():
+    """The loops nested in a scan's Core AI while (the carry feeds the operands)."""
+    a, x = np.array([0.5, 2, 5, 10], F32), np.array([0.3, 1, 7, 12], F32)
+
+    def fun(a, x):
+        def body(c, _):
+            return c + lax.igamma(a, x + c), lax.betainc(a, a, c / (c + 4))
+
+        return lax.scan(body, x * 0, None, length=3)
+
+    _against_float64(fun, a, x)
