@@ -54,7 +54,7 @@ def check_grads(loss, args, argnums, grad_op, tol=TOL):
     got = compiled(*args)
     ops = compiled.graph.op_histogram()
     assert grad_op in ops, ops
-    want = jax.grad(loss, argnums=argnums)(*args)
+    want = jax.jit(jax.grad(loss, argnums=argnums))(*args)  # one XLA compile, not one per op
     exact = _grad_f64(loss, args, argnums)
     for w, e in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(exact)):
         if not np.allclose(np.asarray(w, np.float64), e, rtol=tol["rtol"] / 2,
@@ -76,7 +76,8 @@ def _require_spread(x, axes, floor=0.05):
 def _grad_f64(loss, args, argnums):
     with jax.enable_x64(True):
         return jax.tree_util.tree_map(
-            np.asarray, jax.grad(loss, argnums=argnums)(*[np.asarray(a, np.float64) for a in args]))
+            np.asarray,
+            jax.jit(jax.grad(loss, argnums=argnums))(*[np.asarray(a, np.float64) for a in args]))
 
 
 def _affine_args(rng, x, pshape, has_g, has_b):
@@ -360,7 +361,7 @@ def test_norm_grads_in_fp16(name):
     argnums = tuple(range(len(args) - 1))
     compiled = _grad_program(loss, args, argnums, precision="fp16")
     assert name + "_grad" in compiled.graph.op_histogram()
-    want = jax.grad(loss, argnums=argnums)(*args)
+    want = jax.jit(jax.grad(loss, argnums=argnums))(*args)  # one XLA compile, not one per op
     # fp16 compute (11 significant bits, rel. step 4.9e-4) of a chain of ~15 rounded ops
     # and sums over <= 24 elements, on gradients of magnitude up to ~6: the largest
     # difference measured was 4.8e-3 (ada_layer_norm); 1e-2 leaves a factor of 2.
