@@ -32,6 +32,7 @@ from typing import Dict, List
 from .. import memory
 from ..errors import DynamicShapeError
 from .memory import Reader
+from .mil_order_refine import Lifetimes, refine
 from .mil import RANDOM_OP_PREFIX, STATE_OP_TYPES, is_impure_type, top_blocks
 
 
@@ -74,6 +75,45 @@ def _order(block, keep) -> int:
     ops = [op for op in block.operations if not _is_const(op)]
     if len(ops) < 3:
         return changed
+    mem, uses, deps, producer = _graph(ops)
+    inputs = tuple(i.name for i in block.inputs)
+    outputs = tuple(block.outputs)
+
+    def peak(order):
+        """(peak of the temporaries + peak of everything live, the latter, the former):
+        both count, the first for a runtime holding the outputs apart from the
+        temporaries, the second (the outputs written so far included) for one putting
+        temporaries where outputs are not written yet (XLA's way)."""
+        blk = memory.Block(inputs, tuple(mem[j] for j in order), outputs)
+        temp = memory.block_peak(blk, lambda n, b: 0 if n in keep else b)
+        everything = memory.block_peak(blk, lambda n, b: b)
+        return temp + everything, everything, temp
+
+    original = list(range(len(ops)))
+    best, best_peak = original, peak(original)
+    lifetimes = Lifetimes(mem, uses, deps, keep, outputs)
+    for candidate in (original, _greedy(mem, uses, deps, producer, outputs),
+                      _post_order(deps, producer, outputs),
+                      _post_order(deps, producer, outputs, reverse_roots=True)):
+        for order in (candidate, refine(lifetimes, candidate)):
+            p = peak(order)
+            if p < best_peak and _respects(order, deps):
+                best, best_peak = order, p
+    if best is original:
+        return changed
+    consts = [op for op in block.operations if _is_const(op)]
+    new = consts + [ops[j] for j in best]
+    copies = [type(op)() for op in new]
+    for c, op in zip(copies, new):
+        c.CopyFrom(op)
+    del block.operations[:]
+    block.operations.extend(copies)
+    return changed + 1
+
+
+def _graph(ops):
+    """The ops' memory descriptions, the names each reads, the ops each depends on (the
+    values it reads, side effects in their order) and the op writing each value."""
     reader = Reader()
     mem = [reader.describe(op) for op in ops]
     uses = [sorted(memory.op_reads(m)) for m in mem]
@@ -109,35 +149,14 @@ def _order(block, keep) -> int:
         for w in writes:
             deps[w].update(others)
     deps = [sorted(d) for d in deps]
-    inputs = tuple(i.name for i in block.inputs)
-    outputs = tuple(block.outputs)
+    return mem, uses, deps, producer
 
-    def peak(order):
-        """(peak of the temporaries; peak of everything live, the outputs written so far
-        included): outputs are the caller's (with states, a train step's outputs are
-        small), so the temporaries decide, the rest breaks ties."""
-        blk = memory.Block(inputs, tuple(mem[j] for j in order), outputs)
-        return (memory.block_peak(blk, lambda n, b: 0 if n in keep else b),
-                memory.block_peak(blk, lambda n, b: b))
 
-    original = list(range(len(ops)))
-    best, best_peak = original, peak(original)
-    for candidate in (_greedy(mem, uses, deps, producer, outputs),
-                      _post_order(deps, producer, outputs),
-                      _post_order(deps, producer, outputs, reverse_roots=True)):
-        p = peak(candidate)
-        if p < best_peak:
-            best, best_peak = candidate, p
-    if best is original:
-        return changed
-    consts = [op for op in block.operations if _is_const(op)]
-    new = consts + [ops[j] for j in best]
-    copies = [type(op)() for op in new]
-    for c, op in zip(copies, new):
-        c.CopyFrom(op)
-    del block.operations[:]
-    block.operations.extend(copies)
-    return changed + 1
+def _respects(order, deps) -> bool:
+    """Whether ``order`` lists every op once, after the ops it depends on."""
+    pos = {j: k for k, j in enumerate(order)}
+    return len(pos) == len(deps) == len(order) and all(
+        pos[i] < pos[j] for j, d in enumerate(deps) for i in d)
 
 
 def _greedy(mem, uses, deps, producer, outputs) -> List[int]:
