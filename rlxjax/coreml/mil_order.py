@@ -76,28 +76,27 @@ def _order(block, keep) -> int:
     if len(ops) < 3:
         return changed
     mem, uses, deps, producer = _graph(ops)
-    inputs = tuple(i.name for i in block.inputs)
     outputs = tuple(block.outputs)
+    lifetimes = Lifetimes(mem, uses, deps, keep, outputs)
 
     def peak(order):
-        """(peak of the temporaries + peak of everything live, the latter, the former):
-        both count, the first for a runtime holding the outputs apart from the
-        temporaries, the second (the outputs written so far included) for one putting
-        temporaries where outputs are not written yet (XLA's way)."""
-        blk = memory.Block(inputs, tuple(mem[j] for j in order), outputs)
-        temp = memory.block_peak(blk, lambda n, b: 0 if n in keep else b)
-        everything = memory.block_peak(blk, lambda n, b: b)
-        return temp + everything, everything, temp
+        """(peak of the temporaries + peak of everything live, the latter): both count,
+        the first for a runtime holding the outputs apart from the temporaries, the
+        second (the outputs written so far included) for one putting temporaries where
+        outputs are not written yet (XLA's way)."""
+        return lifetimes.score(order)[:2]
 
     original = list(range(len(ops)))
     best, best_peak = original, peak(original)
-    lifetimes = Lifetimes(mem, uses, deps, keep, outputs)
+    emitted = best_peak[0] - best_peak[1], best_peak[1]
     for candidate in (original, _greedy(mem, uses, deps, producer, outputs),
                       _post_order(deps, producer, outputs),
                       _post_order(deps, producer, outputs, reverse_roots=True)):
         for order in (candidate, refine(lifetimes, candidate)):
             p = peak(order)
-            if p < best_peak and _respects(order, deps):
+            # neither peak above the emitted order's, and the program's dependencies kept
+            if p < best_peak and p[0] - p[1] <= emitted[0] and p[1] <= emitted[1] \
+                    and _respects(order, deps):
                 best, best_peak = order, p
     if best is original:
         return changed

@@ -91,6 +91,7 @@ class Lifetimes:
                     new = sum(w(nm, b) for nm, b in m.writes)
                     self.extra[key][j] = inner if m.loop else max(0, inner - new)
         self.evaluated = 0
+        self.cones: Dict[tuple, tuple] = {}
 
     def state(self, order: np.ndarray):
         """(position of each op, first and last position of each value, the curves, their
@@ -115,18 +116,37 @@ class Lifetimes:
         return pos, birth, death, curves, (top["all"] + top["temp"], top["all"], at_top)
 
 
-def _cone(lt: Lifetimes, j: int, outputs: bool) -> Set[int]:
+    def score(self, order) -> tuple:
+        """(peak of the temporaries + peak of everything live, the latter, the ops at the
+        peaks) of ``order``: the peaks ``memory.block_peak`` gives for it."""
+        return self.state(np.asarray(order, dtype=np.int64))[4]
+
+
+def _cone(lt: Lifetimes, j: int, outputs: bool):
     """``j`` and the ops only it (through each other) depends on; without ops writing an
-    output unless ``outputs`` (an output stays live anyway: the ops after it move alone)."""
-    cone = {j}
-    stack = list(lt.deps[j])
-    while stack and len(cone) < _CONE:
-        i = stack.pop()
-        if i not in cone and all(u in cone for u in lt.users[i]) and (
-                outputs or not lt.writes_output[i]):
-            cone.add(i)
-            stack.extend(lt.deps[i])
-    return cone
+    output unless ``outputs`` (an output stays live anyway: the ops after it move alone).
+    Returns (the ops, the ops outside reading their values, the values they write, the
+    values from outside they read), numpy arrays but the first; the graph decides, so each
+    is computed once."""
+    got = lt.cones.get((j, outputs))
+    if got is None:
+        cone = {j}
+        stack = list(lt.deps[j])
+        while stack and len(cone) < _CONE:
+            i = stack.pop()
+            if i not in cone and all(u in cone for u in lt.users[i]) and (
+                    outputs or not lt.writes_output[i]):
+                cone.add(i)
+                stack.extend(lt.deps[i])
+        arr = lambda xs: np.array(sorted(xs), dtype=np.int64)  # noqa: E731
+        got = (cone, arr({u for c in cone for u in lt.users[c]} - cone),
+               arr({w for c in cone for w in lt.writes[c]}),
+               arr({u for c in cone for u in lt.reads[c] if lt.prod[u] not in cone}))
+        got = got + (arr(cone),)
+        if outputs and lt.cones[(j, False)][0] == cone:
+            got = lt.cones[(j, False)]  # no output in it: the same move
+        lt.cones[(j, outputs)] = got
+    return got
 
 
 def _move(order: np.ndarray, group: Set[int], before) -> np.ndarray:
@@ -146,17 +166,15 @@ def _sink(lt, st, t, live, size, j, outputs):
     """The move of ``j``'s cone past position ``t`` if it may lower the curve there, else
     None: (the group, the op it goes before)."""
     pos, birth, _, _, _ = st
-    group = _cone(lt, j, outputs)
-    after = [u for s in group for u in lt.users[s] if u not in group]
-    first = min(after, key=lambda u: pos[u]) if after else None
+    group, after, writes, reads, members = _cone(lt, j, outputs)
+    first = int(after[np.argmin(pos[after])]) if len(after) else None
     if first is not None and pos[first] <= t:
         return None
-    if any(pos[s] == t for s in group):
+    if (pos[members] == t).any():
         return None
-    gain = sum(size[w] for s in group for w in lt.writes[s] if live[w])
-    held = {u for s in group for u in lt.reads[s]
-            if lt.prod[u] not in group and not live[u] and birth[u] <= t}
-    if sum(size[u] for u in held) >= gain:
+    gain = size[writes][live[writes]].sum()
+    held = reads[~live[reads] & (birth[reads] <= t)]
+    if size[held].sum() >= gain:
         return None
     return group, first
 
@@ -208,7 +226,8 @@ def _moves(lt, st, key, order):
         if j not in sunk:
             sunk.add(j)
             yield _sink(lt, st, t, live, size, j, False)
-            yield _sink(lt, st, t, live, size, j, True)
+            if _cone(lt, j, True) is not _cone(lt, j, False):
+                yield _sink(lt, st, t, live, size, j, True)
         if t < death[v] < lt.n and int(death[v]) not in hoisted:
             hoisted.add(int(death[v]))
             yield _hoist(lt, st, t, live, size, v, order)
