@@ -4,25 +4,31 @@ The lowering emits MIL ops in RLX graph order, which for a training step is the 
 forward pass and then the whole backward pass: every activation stays live until its
 backward reader, and a backward op that could have consumed a large temporary early waits
 behind unrelated ones. This pass re-lists the ops of every block (nested ones included) in
-the order, of four, that gives the block the lowest peak of live temporaries, then the
-lowest peak of everything live (the outputs written so far included; rlxjax/memory.py
-``block_peak``, the model ``memory_analysis`` reports):
+the best of eight orders: four whole-block ones,
 
 * the order the lowering emitted;
 * a greedy list schedule: of the ops whose inputs exist, the one that adds the fewest net
   bytes (its results minus the inputs it is the last reader of), earliest first on ties;
 * depth-first post-orders from the block's outputs, in their order and in reverse (each
-  value computed just before its first reader needs it).
+  value computed just before its first reader needs it);
+
+and each of them refined by coreml/mil_order_refine.py (groups of ops moved across its
+peaks). Best is the lowest sum of two peaks (rlxjax/memory.py ``block_peak``, the model
+``memory_analysis`` reports): of the live temporaries (what a runtime holding the outputs
+apart from them needs) and of everything live, the outputs written so far included (what
+one putting temporaries where outputs are not written yet needs, as XLA does), then the
+lower second one; and neither peak may be above the emitted order's.
 
 A block keeps its order unless another one is strictly better (then its constants move to
 its top, in their order). Dependencies are the values an op reads (a control op reads what
 its nested blocks read from outside them); ops with side effects (``mil.is_impure_type``)
 keep their order among those acting on the same thing (one state's reads and writes; all
 random draws), control ops keep theirs against every side effect, and state reads stay at
-the top of the program and writes at its end (coreml/states.py says why). MIL ops are deterministic
-functions of their inputs, so every result is bit for bit what it was
-(tests/coreml/test_mil_order.py compares the outputs of the train-step workloads).
-Programs with unknown dimensions (flexible inputs) keep their order.
+the top of the program and writes at its end (coreml/states.py says why); an order that
+does not keep every dependency is never taken. MIL ops are deterministic functions of their
+inputs, so every result is bit for bit what it was (tests/memory/test_mil_order.py compares
+the outputs of the train-step workloads, tests/memory/test_remat_order.py a checkpointed
+step's). Programs with unknown dimensions (flexible inputs) keep their order.
 """
 from __future__ import annotations
 
