@@ -101,8 +101,9 @@ class Lifetimes:
         self.cones: Dict[tuple, tuple] = {}
 
     def state(self, order: np.ndarray):
-        """(position of each op, first and last position of each value, the curves, their
-        scores: (peak, ops at the peak) per key)."""
+        """(position of each op, first and last position of each value, the two curves,
+        the score: (the sum of their peaks, the peak of everything, the ops at the
+        peaks))."""
         self.evaluated += 1
         n = self.n
         pos = np.empty(n, dtype=np.int64)
@@ -122,7 +123,6 @@ class Lifetimes:
         at_top = sum(int((c >= top[k]).sum()) for k, c in curves.items())
         return pos, birth, death, curves, (top["all"] + top["temp"], top["all"], at_top)
 
-
     def score(self, order) -> tuple:
         """(peak of the temporaries + peak of everything live, the latter, the ops at the
         peaks) of ``order``: the peaks ``memory.block_peak`` gives for it."""
@@ -133,10 +133,12 @@ def _cone(lt: Lifetimes, j: int, outputs: bool):
     """``j`` and the ops only it (through each other) depends on; without ops writing an
     output unless ``outputs`` (an output stays live anyway: the ops after it move alone).
     Returns (the ops, the ops outside reading their values, the values they write, the
-    values from outside they read), numpy arrays but the first; the graph decides, so each
-    is computed once."""
+    values from outside they read, the ops again), numpy arrays but the first; the graph
+    decides, so each is computed once, and a cone with no output in it is one object for
+    both ``outputs``."""
     got = lt.cones.get((j, outputs))
     if got is None:
+        plain = _cone(lt, j, False) if outputs else None
         cone = {j}
         stack = list(lt.deps[j])
         while stack and len(cone) < _CONE:
@@ -150,8 +152,8 @@ def _cone(lt: Lifetimes, j: int, outputs: bool):
                arr({w for c in cone for w in lt.writes[c]}),
                arr({u for c in cone for u in lt.reads[c] if lt.prod[u] not in cone}))
         got = got + (arr(cone),)
-        if outputs and lt.cones[(j, False)][0] == cone:
-            got = lt.cones[(j, False)]  # no output in it: the same move
+        if plain is not None and plain[0] == cone:
+            got = plain  # no output in it: the same move
         lt.cones[(j, outputs)] = got
     return got
 
