@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .mil import function_block, walk
+from .mil import bool_flag, function_block, walk
 
 _DTYPE_BYTES = {"FLOAT32": 4, "FLOAT16": 2, "INT32": 4, "BOOL": 1, "INT8": 1, "UINT8": 1,
                 "INT16": 2, "UINT16": 2, "FLOAT64": 8, "INT64": 8}
@@ -86,17 +86,6 @@ def _numel(t) -> int:
     return 0 if t is None else int(np.prod(t[0], dtype=np.int64))
 
 
-def _flag(consts, op, name) -> bool:
-    arg = op.inputs.get(name)
-    if arg is None or not arg.arguments:
-        return False
-    b = arg.arguments[0]
-    if b.WhichOneof("binding") == "name":
-        return bool(consts.get(b.name, False))
-    v = b.value.immediateValue.tensor
-    return bool(v.bools.values[0]) if v.bools.values else False
-
-
 def _flops(op, ins: Dict[str, object], outs: List[object], consts) -> int:
     t = op.type
     if t in _MOVEMENT:
@@ -106,7 +95,7 @@ def _flops(op, ins: Dict[str, object], outs: List[object], consts) -> int:
         x = ins.get("x")
         if x is None or out is None:
             return 0
-        k = x[0][-1] if not (t == "matmul" and _flag(consts, op, "transpose_x")) else x[0][-2]
+        k = x[0][-1] if not (t == "matmul" and bool_flag(op, "transpose_x", consts.get)) else x[0][-2]
         return 2 * _numel(out) * int(k)
     if t in ("conv", "conv_transpose"):
         w, x = ins.get("weight"), ins.get("x")

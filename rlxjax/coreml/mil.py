@@ -1,6 +1,7 @@
 """Walking a MIL program (``Model_pb2.Model`` holding an ``mlProgram``): the one place that
 knows how functions, block specialisations and nested (``cond`` / ``while_loop``) blocks
-hang together, and which MIL op types are impure.
+hang together, which MIL op types are impure, and what an op's bool flag argument says
+(``bool_flag``: the matmul transpose folding and the cost model read ``transpose_x`` so).
 
 Every reader of a protobuf program goes through here: ``Compiled.mil_ops`` and
 ``op_histogram`` (api.py), ``rlxjax inspect`` (inspect_package.py), the cost model
@@ -98,3 +99,17 @@ def blocks(root) -> Iterator[MIL_pb2.Block]:
             yield blk
             for op in reversed(blk.operations):
                 stack.extend(reversed(op.blocks))
+
+
+def bool_flag(op, param: str, named) -> bool:
+    """The bool flag argument ``param`` of MIL operation ``op`` (a matmul's
+    ``transpose_x``): an immediate value, or a name whose value ``named(name)`` gives (the
+    bool a const holds; None when unknown); False when the argument is absent or unknown."""
+    arg = op.inputs.get(param)
+    if arg is None or not arg.arguments:
+        return False
+    b = arg.arguments[0]
+    if b.WhichOneof("binding") == "name":
+        return bool(named(b.name))
+    t = b.value.immediateValue.tensor
+    return bool(t.bools.values[0]) if t.bools.values else False

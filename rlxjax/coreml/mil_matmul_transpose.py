@@ -20,7 +20,7 @@ transpose with ``perm = [0, ..., r-3, r-1, r-2]`` does.
 """
 from __future__ import annotations
 
-from .mil import top_blocks, walk
+from .mil import bool_flag, top_blocks, walk
 from .mil_peephole import fresh, index, single_name
 
 _FLAG = {"x": "transpose_x", "y": "transpose_y"}
@@ -55,17 +55,14 @@ class _Flags:
         self.top, self.producer, self.made = top, producer, {}
 
     def value(self, op, param) -> bool:
-        arg = op.inputs.get(param)
-        if arg is None or not arg.arguments:
-            return False
-        b = arg.arguments[0]
-        if b.WhichOneof("binding") == "name":
-            if b.name in self.made.values():
-                return next(f for f, n in self.made.items() if n == b.name)
-            t = _const_value(self.producer.get(b.name))
-            return bool(t.bools.values[0]) if t is not None and t.bools.values else False
-        t = b.value.immediateValue.tensor
-        return bool(t.bools.values[0]) if t.bools.values else False
+        return bool_flag(op, param, self._named)
+
+    def _named(self, name):
+        made = [f for f, n in self.made.items() if n == name]
+        if made:
+            return made[0]
+        t = _const_value(self.producer.get(name))
+        return t.bools.values[0] if t is not None and t.bools.values else None
 
     def name(self, flag: bool) -> str:
         if flag not in self.made:

@@ -4,25 +4,31 @@ The lowering emits MIL ops in RLX graph order, which for a training step is the 
 forward pass and then the whole backward pass: every activation stays live until its
 backward reader, and a backward op that could have consumed a large temporary early waits
 behind unrelated ones. This pass re-lists the ops of every block (nested ones included) in
-the order, of four, that gives the block the lowest peak of live temporaries, then the
-lowest peak of everything live (the outputs written so far included; rlxjax/memory.py
-``block_peak``, the model ``memory_analysis`` reports):
+the best of eight orders: four whole-block ones,
 
 * the order the lowering emitted;
 * a greedy list schedule: of the ops whose inputs exist, the one that adds the fewest net
   bytes (its results minus the inputs it is the last reader of), earliest first on ties;
 * depth-first post-orders from the block's outputs, in their order and in reverse (each
-  value computed just before its first reader needs it).
+  value computed just before its first reader needs it);
+
+and each of them refined by coreml/mil_order_refine.py (groups of ops moved across its
+peaks). Best is the lowest sum of two peaks (rlxjax/memory.py ``block_peak``, the model
+``memory_analysis`` reports): of the live temporaries (what a runtime holding the outputs
+apart from them needs) and of everything live, the outputs written so far included (what
+one putting temporaries where outputs are not written yet needs, as XLA does), then the
+lower second one; and neither peak may be above the emitted order's.
 
 A block keeps its order unless another one is strictly better (then its constants move to
 its top, in their order). Dependencies are the values an op reads (a control op reads what
 its nested blocks read from outside them); ops with side effects (``mil.is_impure_type``)
 keep their order among those acting on the same thing (one state's reads and writes; all
 random draws), control ops keep theirs against every side effect, and state reads stay at
-the top of the program and writes at its end (coreml/states.py says why). MIL ops are deterministic
-functions of their inputs, so every result is bit for bit what it was
-(tests/coreml/test_mil_order.py compares the outputs of the train-step workloads).
-Programs with unknown dimensions (flexible inputs) keep their order.
+the top of the program and writes at its end (coreml/states.py says why); an order that
+does not keep every dependency is never taken. MIL ops are deterministic functions of their
+inputs, so every result is bit for bit what it was (tests/memory/test_mil_order.py compares
+the outputs of the train-step workloads, tests/memory/test_remat_order.py a checkpointed
+step's). Programs with unknown dimensions (flexible inputs) keep their order.
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ from typing import Dict, List
 from .. import memory
 from ..errors import DynamicShapeError
 from .memory import Reader
+from .mil_order_refine import Lifetimes, refine
 from .mil import RANDOM_OP_PREFIX, STATE_OP_TYPES, is_impure_type, top_blocks
 
 
@@ -74,6 +81,44 @@ def _order(block, keep) -> int:
     ops = [op for op in block.operations if not _is_const(op)]
     if len(ops) < 3:
         return changed
+    mem, uses, deps, producer = _graph(ops)
+    outputs = tuple(block.outputs)
+    lifetimes = Lifetimes(mem, uses, deps, keep, outputs)
+
+    def peak(order):
+        """(peak of the temporaries + peak of everything live, the latter): both count,
+        the first for a runtime holding the outputs apart from the temporaries, the
+        second (the outputs written so far included) for one putting temporaries where
+        outputs are not written yet (XLA's way)."""
+        return lifetimes.score(order)[:2]
+
+    original = list(range(len(ops)))
+    best, best_peak = original, peak(original)
+    emitted = best_peak[0] - best_peak[1], best_peak[1]
+    for candidate in (original, _greedy(mem, uses, deps, producer, outputs),
+                      _post_order(deps, producer, outputs),
+                      _post_order(deps, producer, outputs, reverse_roots=True)):
+        for order in (candidate, refine(lifetimes, candidate)):
+            p = peak(order)
+            # neither peak above the emitted order's, and the program's dependencies kept
+            if p < best_peak and p[0] - p[1] <= emitted[0] and p[1] <= emitted[1] \
+                    and _respects(order, deps):
+                best, best_peak = order, p
+    if best is original:
+        return changed
+    consts = [op for op in block.operations if _is_const(op)]
+    new = consts + [ops[j] for j in best]
+    copies = [type(op)() for op in new]
+    for c, op in zip(copies, new):
+        c.CopyFrom(op)
+    del block.operations[:]
+    block.operations.extend(copies)
+    return changed + 1
+
+
+def _graph(ops):
+    """The ops' memory descriptions, the names each reads, the ops each depends on (the
+    values it reads, side effects in their order) and the op writing each value."""
     reader = Reader()
     mem = [reader.describe(op) for op in ops]
     uses = [sorted(memory.op_reads(m)) for m in mem]
@@ -109,35 +154,14 @@ def _order(block, keep) -> int:
         for w in writes:
             deps[w].update(others)
     deps = [sorted(d) for d in deps]
-    inputs = tuple(i.name for i in block.inputs)
-    outputs = tuple(block.outputs)
+    return mem, uses, deps, producer
 
-    def peak(order):
-        """(peak of the temporaries; peak of everything live, the outputs written so far
-        included): outputs are the caller's (with states, a train step's outputs are
-        small), so the temporaries decide, the rest breaks ties."""
-        blk = memory.Block(inputs, tuple(mem[j] for j in order), outputs)
-        return (memory.block_peak(blk, lambda n, b: 0 if n in keep else b),
-                memory.block_peak(blk, lambda n, b: b))
 
-    original = list(range(len(ops)))
-    best, best_peak = original, peak(original)
-    for candidate in (_greedy(mem, uses, deps, producer, outputs),
-                      _post_order(deps, producer, outputs),
-                      _post_order(deps, producer, outputs, reverse_roots=True)):
-        p = peak(candidate)
-        if p < best_peak:
-            best, best_peak = candidate, p
-    if best is original:
-        return changed
-    consts = [op for op in block.operations if _is_const(op)]
-    new = consts + [ops[j] for j in best]
-    copies = [type(op)() for op in new]
-    for c, op in zip(copies, new):
-        c.CopyFrom(op)
-    del block.operations[:]
-    block.operations.extend(copies)
-    return changed + 1
+def _respects(order, deps) -> bool:
+    """Whether ``order`` lists every op once, after the ops it depends on."""
+    pos = {j: k for k, j in enumerate(order)}
+    return len(pos) == len(deps) == len(order) and all(
+        pos[i] < pos[j] for j, d in enumerate(deps) for i in d)
 
 
 def _greedy(mem, uses, deps, producer, outputs) -> List[int]:
