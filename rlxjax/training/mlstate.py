@@ -18,7 +18,9 @@ exactly (|v| <= 2048):
 Encoding finds e with exact comparisons and multiplications by powers of two (no log or
 exp), so every finite fp32 value - subnormals and -0.0 included - round-trips bit for bit;
 a NaN stays NaN, an infinity comes back as NaN. Inside the program the maths stays fp32:
-an mlstate step computes exactly what the ``io`` step computes. int32 leaves (optax's step
+an mlstate step computes exactly what the ``io`` step compiled for the same target computes
+(states need iOS18; io defaults to iOS17, whose attention is matmul + softmax, not iOS18's
+fused scaled_dot_product_attention: tests/training/test_train_mlstate.py). int32 leaves (optax's step
 count) are split into three base-2048 digits (truncating division), exact over the whole
 int32 range. All fp32 leaves are packed into one flat vector (one set of three states), the
 int32 leaves into another; the codec runs on chunks of that vector (``CHUNK``: every leaf of a

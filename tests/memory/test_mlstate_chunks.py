@@ -10,18 +10,7 @@ import pytest
 
 import rlxjax
 from rlxjax.training import mlstate as M
-from models import MLP, cross_entropy, onehot, rng_data
-
-
-def _mlp():
-    (x,), y, m = rng_data(0, (8, 16)), onehot(1, 8, 4), MLP()
-    return (lambda p, x, y: cross_entropy(m.apply(p, x), y),
-            m.init(jax.random.PRNGKey(0), x), (x, y))
-
-
-def _bits(a):
-    a = np.asarray(a)
-    return a.view({4: np.uint32, 2: np.uint16}[a.dtype.itemsize])
+from helpers import bits as _bits, mlp_workload as _mlp
 
 
 def _step(chunk, monkeypatch, **kw):
