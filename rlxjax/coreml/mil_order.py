@@ -19,7 +19,8 @@ its top, in their order). Dependencies are the values an op reads (a control op 
 its nested blocks read from outside them); ops with side effects (``mil.is_impure_type``)
 keep their order among those acting on the same thing (one state's reads and writes; all
 random draws), control ops keep theirs against every side effect, and state reads stay at
-the top of the program and writes at its end (coreml/states.py says why). MIL ops are deterministic
+the top of the program and writes at its end (coreml/states.py says why) - except a state
+whose write computes from its read (``_pinned_states``). MIL ops are deterministic
 functions of their inputs, so every result is bit for bit what it was
 (tests/coreml/test_mil_order.py compares the outputs of the train-step workloads).
 Programs with unknown dimensions (flexible inputs) keep their order.
@@ -62,6 +63,37 @@ def _effect_key(op):
     return "random" if op.type.startswith(RANDOM_OP_PREFIX) else op.type
 
 
+def _pinned_states(ops, uses, producer) -> set:
+    """The states whose reads stay at the top and writes at the end (coreml/states.py): all
+    but those whose every write computes from what the state's read gave (a data
+    dependency no runtime can reorder), which move like any op - a train step's chunk
+    states (training/mlstate.py) are read when first needed and written once encoded."""
+    reads: Dict[str, int] = {}
+    free, pinned = set(), set()
+    for j, op in enumerate(ops):
+        key = _effect_key(op)
+        if op.type == "read_state":
+            reads.setdefault(key, j)
+        elif op.type in _WRITES:
+            r = reads.get(key)
+            (free if r is not None and _reaches(j, r, uses, producer) else pinned).add(key)
+    return (set(reads) | free | pinned) - (free - pinned)
+
+
+def _reaches(j: int, target: int, uses, producer) -> bool:
+    """Whether op ``j`` reads, through any chain of values, a result of op ``target``."""
+    seen, todo = {j}, [j]
+    while todo:
+        for n in uses[todo.pop()]:
+            i = producer.get(n)
+            if i == target:
+                return True
+            if i is not None and i > target and i not in seen:
+                seen.add(i)
+                todo.append(i)
+    return False
+
+
 def _is_const(op) -> bool:
     return op.type == "const" or op.type.startswith("constexpr_")
 
@@ -82,10 +114,11 @@ def _order(block, keep) -> int:
     last: Dict[str, int] = {}  # side-effect key -> the latest op with it
     barrier = None  # the latest control op (its blocks may have side effects)
     last_read = None
+    pinned = _pinned_states(ops, uses, producer)
     for j, op in enumerate(ops):
         d = {producer[n] for n in uses[j] if n in producer}
         key = _effect_key(op)
-        if op.type == "read_state":
+        if op.type == "read_state" and key in pinned:
             if last_read is not None:
                 d.add(last_read)
             last_read = j
@@ -103,11 +136,15 @@ def _order(block, keep) -> int:
                 d.add(barrier)
             last[key] = j
         deps.append(d)
-    writes = [j for j, op in enumerate(ops) if op.type in _WRITES]
+    writes = [j for j, op in enumerate(ops) if op.type in _WRITES
+              and _effect_key(op) in pinned]
     if writes:  # writes stay after everything (coreml/states.py)
         others = [j for j in range(len(ops)) if ops[j].type not in _WRITES]
         for w in writes:
             deps[w].update(others)
+    # state writes free to move (``_pinned_states``) are roots like the outputs: each is
+    # written as soon as what it writes exists
+    free_writes = [j for j, op in enumerate(ops) if op.type in _WRITES and j not in writes]
     deps = [sorted(d) for d in deps]
     inputs = tuple(i.name for i in block.inputs)
     outputs = tuple(block.outputs)
@@ -123,8 +160,8 @@ def _order(block, keep) -> int:
     original = list(range(len(ops)))
     best, best_peak = original, peak(original)
     for candidate in (_greedy(mem, uses, deps, producer, outputs),
-                      _post_order(deps, producer, outputs),
-                      _post_order(deps, producer, outputs, reverse_roots=True)):
+                      _post_order(deps, producer, outputs, free_writes),
+                      _post_order(deps, producer, outputs, free_writes, reverse_roots=True)):
         p = peak(candidate)
         if p < best_peak:
             best, best_peak = candidate, p
@@ -191,11 +228,11 @@ def _greedy(mem, uses, deps, producer, outputs) -> List[int]:
     return order
 
 
-def _post_order(deps, producer, outputs, reverse_roots=False) -> List[int]:
+def _post_order(deps, producer, outputs, first=(), reverse_roots=False) -> List[int]:
     n = len(deps)
     seen = [False] * n
     order: List[int] = []
-    roots = [producer[name] for name in outputs if name in producer]
+    roots = [producer[name] for name in outputs if name in producer] + list(first)
     roots = (roots[::-1] if reverse_roots else roots) + list(range(n))
     for root in roots:
         if seen[root]:

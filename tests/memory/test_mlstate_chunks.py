@@ -57,3 +57,47 @@ def test_chunks_lower_the_codec_temporaries(monkeypatch):
     a, b = whole.memory_analysis(), small.memory_analysis()
     assert a.state_size_in_bytes == b.state_size_in_bytes
     assert b.temp_size_in_bytes < a.temp_size_in_bytes
+
+
+def test_each_chunk_is_its_own_states_written_when_encoded(monkeypatch, tmp_path):
+    """A packed vector longer than a chunk has one set of states per chunk: the metadata
+    says where each lives, the memory order writes a chunk as soon as it is encoded, the
+    analysis is the interpreter's measured peak, and a saved package runs from
+    ``export_state``'s files (what an app does)."""
+    import json
+    import os
+
+    from test_memory_analysis import assert_agrees, measured
+
+    step, st, params, batch, loss = _step(24, monkeypatch, target="iOS18")
+    c = step.last_compiled
+    meta = json.loads(c.spec.description.metadata.userDefined["rlxjax.train"])
+    n_f32 = sum(np.size(x) for x in jax.tree_util.tree_leaves(
+        (params, optax.adamw(1e-2).init(params))) if np.asarray(x).dtype == np.float32)
+    assert meta["state_chunk"] == 24
+    exp = [r for r in meta["states"] if r["role"] == "f32_exp"]
+    sizes = [r["shape"][0] for r in exp]
+    assert len(exp) > 2 and max(sizes) <= 24 and sum(sizes) == n_f32
+    assert [r["offset"] for r in exp] == [sum(sizes[:k]) for k in range(len(exp))]
+    assert [r["name"] for r in exp] == [f"state_f32_{k}_exp" for k in range(len(exp))]
+    assert {f.name for f in c.spec.description.state} == {r["name"] for r in meta["states"]}
+    # written as soon as encoded: the first write comes before some other op
+    types = [op.type for op in c.mil_ops() if op.type != "const"]
+    assert types.count("write_state") == len(meta["states"])
+    assert set(types[types.index("write_state"):]) != {"write_state"}
+    assert_agrees(step.memory_analysis(), measured(c, *batch, state=True))
+    # the host side: the device state holds the parameters exactly
+    for a, b in zip(jax.tree_util.tree_leaves(step.params(st)),
+                    jax.tree_util.tree_leaves(params)):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    folder = step.export_state(st, tmp_path / "init_state")
+    model = rlxjax.load(step.save(tmp_path / "train.mlpackage"), backend="reference")
+    device = model.make_state()
+    for name in model.state_names:
+        raw = np.fromfile(os.path.join(folder, name + ".f16"), "<f2")
+        device.write_state(name, raw.reshape(device.read_state(name).shape))
+    np.testing.assert_allclose(model(*batch, state=device)["out"], float(loss(params, *batch)),
+                               rtol=1e-5)
+    st2, lv = step(st, *batch)   # the package's second call: the step's own second loss
+    np.testing.assert_array_equal(_bits(np.float32(model(*batch, state=device)["out"])),
+                                  _bits(np.float32(step(st2, *batch)[1])))
