@@ -38,13 +38,13 @@ import numpy as np
 from jax import lax
 
 from ..errors import ArgumentError
+from .mlstate_np import (BIAS, I32_BASE, decode_f32_np, decode_i32_np,  # noqa: F401
+                         encode_f32_np, encode_i32_np)  # (the host codec)
 
-BIAS = 192
 _UP = (64, 32, 16, 8, 4, 2, 1)          # exponents up to 127
 _DOWN = (64, 64, 32, 16, 8, 4, 2, 1)    # down to -191 (fp32 subnormals reach -149)
 F32_PIECES = ("exp", "hi", "lo")
 I32_PIECES = ("hi", "mid", "lo")
-I32_BASE = 2048
 
 
 # -- the codec inside the program (traced like any JAX code) ------------------------------
@@ -94,42 +94,6 @@ def encode_i32(n):
 def decode_i32(hi, mid, lo):
     h, m, l_ = (p.astype(jnp.int32) for p in (hi, mid, lo))
     return (h * I32_BASE + m) * I32_BASE + l_
-
-
-# -- the same codec on the host (numpy, written independently: frexp) ---------------------
-def encode_f32_np(x) -> Tuple[np.ndarray, ...]:
-    x = np.asarray(x, np.float32)
-    m, e = np.frexp(np.abs(x))                      # |x| = m * 2^e, m in [0.5, 1)
-    with np.errstate(invalid="ignore"):
-        f = (m.astype(np.float64) * 2 - 1) * 2.0 ** 23
-        hi = np.floor(f / 4096)
-        lo = f - hi * 4096
-        hi, lo = np.where(lo >= 2048, hi + 1, hi), np.where(lo >= 2048, lo - 4096, lo)
-    code = np.where(np.signbit(x), -(e - 1 + BIAS), e - 1 + BIAS).astype(np.float64)
-    zero = x == 0
-    pieces = (np.where(zero, x, code), np.where(zero, 0, hi), np.where(zero, 0, lo))
-    return tuple(p.astype(np.float16) for p in pieces)
-
-
-def decode_f32_np(code, hi, lo) -> np.ndarray:
-    c = np.asarray(code, np.float64)
-    m = 1 + (np.asarray(hi, np.float64) * 4096 + np.asarray(lo, np.float64)) * 2.0 ** -23
-    with np.errstate(invalid="ignore"):
-        y = np.ldexp(m, (np.abs(np.nan_to_num(c)) - BIAS).astype(np.int64))
-    return np.where(c == 0, c, np.where(c < 0, -y, y)).astype(np.float32)
-
-
-def encode_i32_np(n) -> Tuple[np.ndarray, ...]:
-    n = np.asarray(n, np.int64)
-    q = np.trunc(n / I32_BASE).astype(np.int64)
-    r = n - q * I32_BASE
-    q2 = np.trunc(q / I32_BASE).astype(np.int64)
-    return tuple(p.astype(np.float16) for p in (q2, q - q2 * I32_BASE, r))
-
-
-def decode_i32_np(hi, mid, lo) -> np.ndarray:
-    h, m, l_ = (np.asarray(p).astype(np.int64) for p in (hi, mid, lo))
-    return ((h * I32_BASE + m) * I32_BASE + l_).astype(np.int32)
 
 
 # -- codecs: how a format's states hold the fp32 / int32 leaves ---------------------------
