@@ -54,10 +54,13 @@ def trained_leaves(params, opt_state):
 
 def state_layout(params, opt_state, codec: str = "f16x3") -> Layout:
     """``state="mlstate"``: where each parameter and optimizer-state leaf lives in the
-    program's states, stored as the format's ``codec`` says (mlstate.py ``CODECS``); a
-    packed vector longer than a codec chunk (``CHUNK``) in one set of states per chunk."""
+    program's states, stored as the format's ``codec`` says (mlstate.py ``CODECS``). Core
+    ML (fp16 pieces): a packed vector longer than a codec chunk (``CHUNK``) in one set of
+    states per chunk, which the memory order reads and writes one at a time
+    (coreml/mil_order.py); Core AI (``plain``, its own compiler schedules) keeps one state
+    per dtype."""
     return make_layout(*trained_leaves(params, opt_state), codec=CODECS[codec],
-                       chunk=_mlstate.CHUNK)
+                       chunk=_mlstate.CHUNK if codec == "f16x3" else None)
 
 
 @dataclass(frozen=True)
