@@ -77,7 +77,7 @@ def _pinned_states(ops, uses, producer) -> set:
         elif op.type in _WRITES:
             r = reads.get(key)
             (free if r is not None and _reaches(j, r, uses, producer) else pinned).add(key)
-    return (set(reads) | free | pinned) - (free - pinned)
+    return (set(reads) - free) | pinned   # (read-only states stay pinned, as before)
 
 
 def _reaches(j: int, target: int, uses, producer) -> bool:
