@@ -75,7 +75,10 @@ def jax_run(loss, opt, params, batch, steps, every, roundtrip=False):
 
 
 def rlx_run(mode, loss, opt, params, batch, steps, every):
-    step = rlxjax.coreml_train_step(loss, opt, state=mode, backend="reference-fast")
+    # one target for both modes (states need iOS18; io's default iOS17 lowers attention
+    # as matmul + softmax, not the fused op, and so rounds differently)
+    step = rlxjax.coreml_train_step(loss, opt, state=mode, target="iOS18",
+                                    backend="reference-fast")
     st = step.init(params)
     losses, snaps, times = [], {}, []
     for i in range(1, steps + 1):
@@ -102,8 +105,12 @@ def main(steps: int = 500, every: int = 100):
             runs[mode] = (losses, snaps)
             print(f"{name}: {mode} median step {t * 1e3:.2f} ms")
         runs["hi/lo fp16"] = jax_run(loss, opt, params, batch, steps, every, roundtrip=True)
-        same = runs["mlstate"][0] == runs["io"][0]
-        print(f"{name}: mlstate losses identical to io mode: {same}")
+        same = runs["mlstate"][0] == runs["io"][0] and all(
+            np.array_equal(a.view(np.uint32), b.view(np.uint32))
+            for i in runs["io"][1] for a, b in zip(
+                jax.tree_util.tree_leaves(runs["mlstate"][1][i]),
+                jax.tree_util.tree_leaves(runs["io"][1][i])))
+        print(f"{name}: mlstate losses and parameter bits identical to io mode: {same}")
         print(f"{'step':>6} {'loss (jax)':>11} " + " ".join(
             f"{m + ' relerr':>18} {m + ' dloss':>17}" for m in runs))
         for i in range(every, steps + 1, every):

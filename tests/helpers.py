@@ -187,3 +187,20 @@ def without_and_with(monkeypatch, module, pass_name: str, build):
                 m.setattr(module, pass_name, lambda model: 0)
             out.append(build())
     return out
+
+
+def mlp_workload():
+    """(loss, params, batch) of the flax MLP + LayerNorm (models.workloads()'s
+    'mlp_layernorm'), built alone: workloads() builds six models."""
+    from models import MLP, cross_entropy, onehot, rng_data
+
+    (x,), y, m = rng_data(0, (8, 16)), onehot(1, 8, 4), MLP()
+    return (lambda p, x, y: cross_entropy(m.apply(p, x), y),
+            m.init(jax.random.PRNGKey(0), x), (x, y))
+
+
+def bits(a):
+    """The bits of an fp32 / fp16 array, as unsigned integers (to compare exactly: -0.0,
+    NaN payloads)."""
+    a = np.asarray(a)
+    return a.view({4: np.uint32, 2: np.uint16}[a.dtype.itemsize])

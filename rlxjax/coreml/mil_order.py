@@ -24,7 +24,8 @@ its top, in their order). Dependencies are the values an op reads (a control op 
 its nested blocks read from outside them); ops with side effects (``mil.is_impure_type``)
 keep their order among those acting on the same thing (one state's reads and writes; all
 random draws), control ops keep theirs against every side effect, and state reads stay at
-the top of the program and writes at its end (coreml/states.py says why); an order that
+the top of the program and writes at its end (coreml/states.py says why) - except a state
+whose write computes from its read (``_pinned_states``); an order that
 does not keep every dependency is never taken. MIL ops are deterministic functions of their
 inputs, so every result is bit for bit what it was (tests/memory/test_mil_order.py compares
 the outputs of the train-step workloads, tests/memory/test_remat_order.py a checkpointed
@@ -69,6 +70,37 @@ def _effect_key(op):
     return "random" if op.type.startswith(RANDOM_OP_PREFIX) else op.type
 
 
+def _pinned_states(ops, uses, producer) -> set:
+    """The states whose reads stay at the top and writes at the end (coreml/states.py): all
+    but those whose every write computes from what the state's read gave (a data
+    dependency no runtime can reorder), which move like any op - a train step's chunk
+    states (training/mlstate.py) are read when first needed and written once encoded."""
+    reads: Dict[str, int] = {}
+    free, pinned = set(), set()
+    for j, op in enumerate(ops):
+        key = _effect_key(op)
+        if op.type == "read_state":
+            reads.setdefault(key, j)
+        elif op.type in _WRITES:
+            r = reads.get(key)
+            (free if r is not None and _reaches(j, r, uses, producer) else pinned).add(key)
+    return (set(reads) - free) | pinned   # (read-only states stay pinned, as before)
+
+
+def _reaches(j: int, target: int, uses, producer) -> bool:
+    """Whether op ``j`` reads, through any chain of values, a result of op ``target``."""
+    seen, todo = {j}, [j]
+    while todo:
+        for n in uses[todo.pop()]:
+            i = producer.get(n)
+            if i == target:
+                return True
+            if i is not None and i > target and i not in seen:
+                seen.add(i)
+                todo.append(i)
+    return False
+
+
 def _is_const(op) -> bool:
     return op.type == "const" or op.type.startswith("constexpr_")
 
@@ -81,7 +113,7 @@ def _order(block, keep) -> int:
     ops = [op for op in block.operations if not _is_const(op)]
     if len(ops) < 3:
         return changed
-    mem, uses, deps, producer = _graph(ops)
+    mem, uses, deps, producer, free_writes = _graph(ops)
     outputs = tuple(block.outputs)
     lifetimes = Lifetimes(mem, uses, deps, keep, outputs)
 
@@ -96,8 +128,8 @@ def _order(block, keep) -> int:
     best, best_peak = original, peak(original)
     emitted = best_peak[0] - best_peak[1], best_peak[1]
     for candidate in (original, _greedy(mem, uses, deps, producer, outputs),
-                      _post_order(deps, producer, outputs),
-                      _post_order(deps, producer, outputs, reverse_roots=True)):
+                      _post_order(deps, producer, outputs, free_writes),
+                      _post_order(deps, producer, outputs, free_writes, reverse_roots=True)):
         for order in (candidate, refine(lifetimes, candidate)):
             p = peak(order)
             # neither peak above the emitted order's, and the program's dependencies kept
@@ -127,10 +159,11 @@ def _graph(ops):
     last: Dict[str, int] = {}  # side-effect key -> the latest op with it
     barrier = None  # the latest control op (its blocks may have side effects)
     last_read = None
+    pinned = _pinned_states(ops, uses, producer)
     for j, op in enumerate(ops):
         d = {producer[n] for n in uses[j] if n in producer}
         key = _effect_key(op)
-        if op.type == "read_state":
+        if op.type == "read_state" and key in pinned:
             if last_read is not None:
                 d.add(last_read)
             last_read = j
@@ -148,13 +181,17 @@ def _graph(ops):
                 d.add(barrier)
             last[key] = j
         deps.append(d)
-    writes = [j for j, op in enumerate(ops) if op.type in _WRITES]
+    writes = [j for j, op in enumerate(ops) if op.type in _WRITES
+              and _effect_key(op) in pinned]
     if writes:  # writes stay after everything (coreml/states.py)
         others = [j for j in range(len(ops)) if ops[j].type not in _WRITES]
         for w in writes:
             deps[w].update(others)
+    # state writes free to move (``_pinned_states``) are roots like the outputs: each is
+    # written as soon as what it writes exists
+    free_writes = [j for j, op in enumerate(ops) if op.type in _WRITES and j not in writes]
     deps = [sorted(d) for d in deps]
-    return mem, uses, deps, producer
+    return mem, uses, deps, producer, free_writes
 
 
 def _respects(order, deps) -> bool:
@@ -215,11 +252,11 @@ def _greedy(mem, uses, deps, producer, outputs) -> List[int]:
     return order
 
 
-def _post_order(deps, producer, outputs, reverse_roots=False) -> List[int]:
+def _post_order(deps, producer, outputs, first=(), reverse_roots=False) -> List[int]:
     n = len(deps)
     seen = [False] * n
     order: List[int] = []
-    roots = [producer[name] for name in outputs if name in producer]
+    roots = [producer[name] for name in outputs if name in producer] + list(first)
     roots = (roots[::-1] if reverse_roots else roots) + list(range(n))
     for root in roots:
         if seen[root]:

@@ -7,9 +7,12 @@ The program reads it with ``read_state(input=state)`` (a copy) and writes it wit
 description lists each state under ``description.state`` as a ``stateType`` feature with an
 fp16 ``arrayType``; the app gets the buffers from ``MLModel.makeState()``.
 
-Lowering keeps every read at the top of the program and every write at its end, so each
+Lowering puts every read at the top of the program and every write at its end, so each
 read sees the value the previous call left, whatever order the runtime schedules the
-arithmetic in between.
+arithmetic in between. The memory order (mil_order.py) keeps them there, except for a state
+whose write computes from its read: no runtime can run that write before the read, so the
+read moves to where its value is first needed and the write to where its value exists (a
+train step's chunk states, training/mlstate.py).
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 * ``layout.py``     the typed layout of a training program (each feature's role, what feeds what)
 * ``program.py``    building the training graph and compiling it (``TrainProgram``)
-* ``mlstate.py``    ``state="mlstate"``: exact fp32 storage in Core ML fp16 states
+* ``mlstate.py``    ``state="mlstate"``: exact fp32 storage in Core ML fp16 states (its host
+  codec in ``mlstate_np.py``)
 * ``state.py``      ``TrainState`` and the device state between steps
 * ``options.py``    ``coreml_train_step``: checks its options, picks the step class
 * ``step.py``       ``TrainStep``: the host runtime (init, step, fit)

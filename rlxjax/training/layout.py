@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import RlxError
 from ..frontend import path_name
+from . import mlstate as _mlstate
 from .mlstate import CODECS, Layout, make_layout
 
 MODES = ("io", "mlstate")
@@ -53,8 +54,13 @@ def trained_leaves(params, opt_state):
 
 def state_layout(params, opt_state, codec: str = "f16x3") -> Layout:
     """``state="mlstate"``: where each parameter and optimizer-state leaf lives in the
-    program's states, stored as the format's ``codec`` says (mlstate.py ``CODECS``)."""
-    return make_layout(*trained_leaves(params, opt_state), codec=CODECS[codec])
+    program's states, stored as the format's ``codec`` says (mlstate.py ``CODECS``). Core
+    ML (fp16 pieces): a packed vector longer than a codec chunk (``CHUNK``) in one set of
+    states per chunk, which the memory order reads and writes one at a time
+    (coreml/mil_order.py); Core AI (``plain``, its own compiler schedules) keeps one state
+    per dtype."""
+    return make_layout(*trained_leaves(params, opt_state), codec=CODECS[codec],
+                       chunk=_mlstate.CHUNK if codec == "f16x3" else None)
 
 
 @dataclass(frozen=True)
@@ -86,10 +92,11 @@ class StateFeature:
     length: int
     role: str                 # 'f32_exp', 'f32_hi', ..., 'i32_lo'; 'f32_value', 'i32_value'
     dtype: str = "float16"
+    offset: int = 0           # of its first element in the packed vector of its dtype
 
     def row(self) -> Dict[str, Any]:
         return dict(name=self.name, graph_name=self.graph_name, shape=[self.length],
-                    dtype=self.dtype, role=self.role)
+                    dtype=self.dtype, role=self.role, offset=self.offset)
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,8 @@ class TrainLayout:
         states = ()
         if tensors is not None:
             by_graph = compiled.executable.state_graph_names
-            states = tuple(StateFeature(by_graph[g], g, n, role, dt)
-                           for g, role, n, dt in tensors.state_types())
+            states = tuple(StateFeature(by_graph[g], g, n, role, dt, off)
+                           for g, role, n, dt, off in tensors.state_rows())
         return cls(mode, inputs, tuple(outputs), states, tensors)
 
     @property
@@ -136,7 +143,8 @@ class TrainLayout:
                 "outputs": [f.row() for f in self.outputs]}
         if self.mode == "io":
             return {"state": "io", **rows}
-        return {"state": "mlstate", **self.tensors.codec.metadata(), **rows,
+        chunk = {"state_chunk": self.tensors.chunk} if self.tensors.chunked else {}
+        return {"state": "mlstate", **self.tensors.codec.metadata(), **chunk, **rows,
                 "states": [s.row() for s in self.states],
                 "tensors": [asdict(s) for s in self.tensors.slots]}
 

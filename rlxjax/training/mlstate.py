@@ -18,7 +18,9 @@ exactly (|v| <= 2048):
 Encoding finds e with exact comparisons and multiplications by powers of two (no log or
 exp), so every finite fp32 value - subnormals and -0.0 included - round-trips bit for bit;
 a NaN stays NaN, an infinity comes back as NaN. Inside the program the maths stays fp32:
-an mlstate step computes exactly what the ``io`` step computes. int32 leaves (optax's step
+an mlstate step computes exactly what the ``io`` step compiled for the same target computes
+(states need iOS18; io defaults to iOS17, whose attention is matmul + softmax, not iOS18's
+fused scaled_dot_product_attention: tests/training/test_train_mlstate.py). int32 leaves (optax's step
 count) are split into three base-2048 digits (truncating division), exact over the whole
 int32 range. All fp32 leaves are packed into one flat vector (one set of three states), the
 int32 leaves into another; the codec runs on chunks of that vector (``CHUNK``: every leaf of a
@@ -28,7 +30,7 @@ elementwise ops per chunk.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -36,13 +38,13 @@ import numpy as np
 from jax import lax
 
 from ..errors import ArgumentError
+from .mlstate_np import (BIAS, I32_BASE, decode_f32_np, decode_i32_np,  # noqa: F401
+                         encode_f32_np, encode_i32_np)  # (the host codec)
 
-BIAS = 192
 _UP = (64, 32, 16, 8, 4, 2, 1)          # exponents up to 127
 _DOWN = (64, 64, 32, 16, 8, 4, 2, 1)    # down to -191 (fp32 subnormals reach -149)
 F32_PIECES = ("exp", "hi", "lo")
 I32_PIECES = ("hi", "mid", "lo")
-I32_BASE = 2048
 
 
 # -- the codec inside the program (traced like any JAX code) ------------------------------
@@ -92,42 +94,6 @@ def encode_i32(n):
 def decode_i32(hi, mid, lo):
     h, m, l_ = (p.astype(jnp.int32) for p in (hi, mid, lo))
     return (h * I32_BASE + m) * I32_BASE + l_
-
-
-# -- the same codec on the host (numpy, written independently: frexp) ---------------------
-def encode_f32_np(x) -> Tuple[np.ndarray, ...]:
-    x = np.asarray(x, np.float32)
-    m, e = np.frexp(np.abs(x))                      # |x| = m * 2^e, m in [0.5, 1)
-    with np.errstate(invalid="ignore"):
-        f = (m.astype(np.float64) * 2 - 1) * 2.0 ** 23
-        hi = np.floor(f / 4096)
-        lo = f - hi * 4096
-        hi, lo = np.where(lo >= 2048, hi + 1, hi), np.where(lo >= 2048, lo - 4096, lo)
-    code = np.where(np.signbit(x), -(e - 1 + BIAS), e - 1 + BIAS).astype(np.float64)
-    zero = x == 0
-    pieces = (np.where(zero, x, code), np.where(zero, 0, hi), np.where(zero, 0, lo))
-    return tuple(p.astype(np.float16) for p in pieces)
-
-
-def decode_f32_np(code, hi, lo) -> np.ndarray:
-    c = np.asarray(code, np.float64)
-    m = 1 + (np.asarray(hi, np.float64) * 4096 + np.asarray(lo, np.float64)) * 2.0 ** -23
-    with np.errstate(invalid="ignore"):
-        y = np.ldexp(m, (np.abs(np.nan_to_num(c)) - BIAS).astype(np.int64))
-    return np.where(c == 0, c, np.where(c < 0, -y, y)).astype(np.float32)
-
-
-def encode_i32_np(n) -> Tuple[np.ndarray, ...]:
-    n = np.asarray(n, np.int64)
-    q = np.trunc(n / I32_BASE).astype(np.int64)
-    r = n - q * I32_BASE
-    q2 = np.trunc(q / I32_BASE).astype(np.int64)
-    return tuple(p.astype(np.float16) for p in (q2, q - q2 * I32_BASE, r))
-
-
-def decode_i32_np(hi, mid, lo) -> np.ndarray:
-    h, m, l_ = (np.asarray(p).astype(np.int64) for p in (hi, mid, lo))
-    return ((h * I32_BASE + m) * I32_BASE + l_).astype(np.int32)
 
 
 # -- codecs: how a format's states hold the fp32 / int32 leaves ---------------------------
@@ -262,6 +228,11 @@ class Layout:
     n_params: int
     codec: Codec = CODECS["f16x3"]
     prefix: str = "state"   # graph names of the states: '<prefix>.f32.exp', ...
+    #: None: one set of states per dtype (the whole packed vector). A number: a dtype whose
+    #: packed vector is longer has one set of states per codec chunk of at most this many
+    #: elements ('<prefix>.f32.<k>.exp', ...), so a step can read, decode, update, encode and
+    #: write each chunk on its own (its temporaries a chunk's size, not the model's).
+    chunk: Optional[int] = None
 
     def group(self, dtype: str) -> List[Slot]:
         return [s for s in self.slots if s.dtype == dtype]
@@ -269,29 +240,51 @@ class Layout:
     def length(self, dtype: str) -> int:
         return sum(s.size for s in self.group(dtype))
 
+    def state_sets(self, dtype: str) -> List[Tuple[List[str], int, int]]:
+        """(graph names of the pieces, first, end element of the packed vector) of each set
+        of states of ``dtype``, in order."""
+        n = self.length(dtype)
+        if not n:
+            return []
+        tag = dict(_TAGS)[dtype]
+        pieces = self.codec.pieces(dtype)
+        if self.chunk is None or n <= self.chunk:
+            return [([f"{self.prefix}.{tag}.{p}" for p in pieces], 0, n)]
+        return [([f"{self.prefix}.{tag}.{k}.{p}" for p in pieces], lo, hi)
+                for k, (lo, hi) in enumerate(_bounds(c) for c in chunks(self, dtype))]
+
+    @property
+    def chunked(self) -> bool:
+        """Whether some dtype's states are cut into chunks."""
+        return any(len(self.state_sets(dt)) > 1 for dt, _ in _TAGS)
+
     def states(self) -> List[Tuple[str, str, int]]:
         """(graph input name, role, length) of every state."""
         return [(name, role, n) for name, role, n, _ in self.state_types()]
 
     def state_types(self) -> List[Tuple[str, str, int, str]]:
         """(graph input name, role, length, numpy dtype name) of every state."""
+        return [(name, role, n, dt) for name, role, n, dt, _ in self.state_rows()]
+
+    def state_rows(self) -> List[Tuple[str, str, int, str, int]]:
+        """(graph input name, role, length, numpy dtype name, offset into the packed vector
+        of its dtype) of every state."""
         out = []
         for dtype, tag in _TAGS:
-            n = self.length(dtype)
-            if n:
-                out += [(f"{self.prefix}.{tag}.{p}", f"{tag}_{p}", n,
-                         self.codec.piece_dtype(dtype))
-                        for p in self.codec.pieces(dtype)]
+            for names, lo, hi in self.state_sets(dtype):
+                out += [(name, f"{tag}_{p}", hi - lo, self.codec.piece_dtype(dtype), lo)
+                        for name, p in zip(names, self.codec.pieces(dtype))]
         return out
 
     def piece_names(self, dtype: str) -> List[str]:
-        tag = dict(_TAGS)[dtype]
-        return [f"{self.prefix}.{tag}.{p}" for p in self.codec.pieces(dtype)]
+        """The graph names of every state of ``dtype``, set after set."""
+        return [n for names, _, _ in self.state_sets(dtype) for n in names]
 
 
 def make_layout(names: Sequence[str], roles: Sequence[str], structs,
                 codec: Codec = CODECS["f16x3"], *, prefix: str = "state",
-                what: str = "state='mlstate'", instead: str = "use state='io'") -> Layout:
+                what: str = "state='mlstate'", instead: str = "use state='io'",
+                chunk: Optional[int] = None) -> Layout:
     """Where each leaf (``structs``: shape and canonical numpy dtype) lives in the states."""
     slots, offsets = [], {"float32": 0, "int32": 0}
     for name, role, t in zip(names, roles, structs):
@@ -302,7 +295,7 @@ def make_layout(names: Sequence[str], roles: Sequence[str], structs,
         size = int(np.prod(t.shape, dtype=np.int64))
         slots.append(Slot(name, role, dt, tuple(t.shape), offsets[dt], size))
         offsets[dt] += size
-    return Layout(tuple(slots), sum(r == "param" for r in roles), codec, prefix)
+    return Layout(tuple(slots), sum(r == "param" for r in roles), codec, prefix, chunk)
 
 
 def state_bindings(layout: Layout) -> Dict[str, str]:
@@ -322,16 +315,18 @@ Segment = Tuple[Slot, int, int]
 
 
 def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
-    """The slots of ``dtype`` in layout order, cut into the codec's chunks (``CHUNK``)."""
+    """The slots of ``dtype`` in layout order, cut into the codec's chunks (the layout's
+    ``chunk``, else ``CHUNK``)."""
+    limit = CHUNK if layout.chunk is None else layout.chunk
     out: List[List[Segment]] = []
     size = 0
     for s in layout.group(dtype):
         lo = 0
         while lo < s.size or (s.size == 0 and lo == 0):
-            if not out or size >= CHUNK or out[-1][-1][0].role != s.role:
+            if not out or size >= limit or out[-1][-1][0].role != s.role:
                 out.append([])
                 size = 0
-            hi = min(s.size, lo + CHUNK - size)
+            hi = min(s.size, lo + limit - size)
             out[-1].append((s, lo, hi))
             size += hi - lo
             if s.size == 0:
@@ -340,29 +335,59 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
     return out
 
 
-def unpack(layout: Layout, *pieces):
-    """Traced: state pieces -> leaves in layout order. Each chunk (``chunks``) is sliced out
-    of the pieces and decoded on its own - the codec is elementwise, so these are the bits
-    decoding the whole vector gives - and the memory order (coreml/mil_order.py) can decode
-    a chunk when its leaves are first needed."""
+def _bounds(chunk: List[Segment]) -> Tuple[int, int]:
+    """(first, end element) of a chunk in the packed vector of its dtype."""
+    return chunk[0][0].offset + chunk[0][1], chunk[-1][0].offset + chunk[-1][2]
+
+
+def unpack(layout: Layout, *pieces, role: Optional[str] = None):
+    """Traced: state pieces (in ``state_types`` order) -> leaves in layout order (``role``:
+    only the leaves of that role, and ``pieces`` only of the states that hold them). Each
+    chunk (``chunks``) is decoded on its own - from its own states, or sliced out of the
+    whole vector's - the codec is elementwise, so these are the bits decoding the whole
+    vector gives - and the memory order (coreml/mil_order.py) can read and decode a chunk
+    when its leaves are first needed."""
     it = iter(pieces)
     parts: Dict[str, list] = {s.name: [] for s in layout.slots}
     for dtype, _ in _TAGS:
-        if not layout.length(dtype):
-            continue
-        packed = [next(it) for _ in layout.codec.pieces(dtype)]
-        for chunk in chunks(layout, dtype):
-            lo = chunk[0][0].offset + chunk[0][1]
-            hi = chunk[-1][0].offset + chunk[-1][2]
-            flat = layout.codec.decode(dtype, *[_slice(p, lo, hi) for p in packed])
+        sets = layout.state_sets(dtype)
+        cut = chunks(layout, dtype)
+        if len(sets) == 1:   # one set of states: each chunk sliced out of it
+            if role is not None and all(s.role != role for s in layout.group(dtype)):
+                continue
+            packed = [next(it) for _ in layout.codec.pieces(dtype)]
+            views = [[_slice(p, *_bounds(c)) for p in packed] for c in cut]
+        else:
+            views = [[next(it) for _ in layout.codec.pieces(dtype)]
+                     if role is None or c[0][0].role == role else None for c in cut]
+        for chunk, view in zip(cut, views):
+            if view is None or (role is not None and chunk[0][0].role != role):
+                continue
+            lo = _bounds(chunk)[0]
+            flat = layout.codec.decode(dtype, *view)
             for s, a, b in chunk:
                 parts[s.name].append(_slice(flat, s.offset + a - lo, s.offset + b - lo))
-    return [_concat(parts[s.name]).reshape(s.shape) for s in layout.slots]
+    return [_concat(parts[s.name]).reshape(s.shape) for s in layout.slots
+            if role is None or s.role == role]
+
+
+def role_states(layout: Layout, role: str) -> List[str]:
+    """The graph names of the states ``unpack(..., role=role)`` reads, in order."""
+    out: List[str] = []
+    for dtype, _ in _TAGS:
+        sets = layout.state_sets(dtype)
+        if len(sets) == 1:
+            if any(s.role == role for s in layout.group(dtype)):
+                out += sets[0][0]
+        else:
+            out += [n for (names, _, _), c in zip(sets, chunks(layout, dtype))
+                    if c[0][0].role == role for n in names]
+    return out
 
 
 def pack(layout: Layout, *leaves):
     """Traced: leaves in layout order -> state pieces: each chunk encoded on its own (as
-    ``unpack`` decodes), the pieces then concatenated in layout order."""
+    ``unpack`` decodes), into its own states or concatenated into the whole vector's."""
     flat = {s.name: x.reshape(-1) for s, x in zip(layout.slots, leaves)}
     out = []
     for dtype, _ in _TAGS:
@@ -371,7 +396,10 @@ def pack(layout: Layout, *leaves):
         encoded = [layout.codec.encode(dtype, _concat([_slice(flat[s.name], a, b)
                                                        for s, a, b in chunk]))
                    for chunk in chunks(layout, dtype)]
-        out += [_concat(list(parts)) for parts in zip(*encoded)]
+        if len(layout.state_sets(dtype)) == 1:
+            out += [_concat(list(parts)) for parts in zip(*encoded)]
+        else:
+            out += [p for parts in encoded for p in parts]
     return out
 
 
@@ -424,16 +452,23 @@ def host_pack(layout: Layout, leaves) -> Dict[str, np.ndarray]:
         group = [np.asarray(x, dtype).reshape(-1) for s, x in zip(layout.slots, leaves)
                  if s.dtype == dtype]
         if group:
-            out.update(zip(layout.piece_names(dtype),
-                           layout.codec.host_encode(dtype, np.concatenate(group))))
+            pieces = layout.codec.host_encode(dtype, np.concatenate(group))
+            for names, lo, hi in layout.state_sets(dtype):
+                out.update((n, p[lo:hi]) for n, p in zip(names, pieces))
     return out
 
 
 def host_unpack(layout: Layout, pieces: Dict[str, np.ndarray]) -> List[np.ndarray]:
     flat = {}
     for dtype, _ in _TAGS:
-        if layout.length(dtype):
-            flat[dtype] = layout.codec.host_decode(
-                dtype, *(pieces[n] for n in layout.piece_names(dtype)))
+        sets = layout.state_sets(dtype)
+        if sets:
+            flat[dtype] = layout.codec.host_decode(dtype, *(
+                _np_concat([pieces[names[i]] for names, _, _ in sets])
+                for i in range(len(layout.codec.pieces(dtype)))))
     return [flat[s.dtype][s.offset:s.offset + s.size].reshape(s.shape).copy()
             for s in layout.slots]
+
+
+def _np_concat(xs):
+    return xs[0] if len(xs) == 1 else np.concatenate([np.asarray(x) for x in xs])

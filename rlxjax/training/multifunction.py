@@ -27,7 +27,6 @@ from typing import Callable
 
 import jax
 import numpy as np
-from jax import lax
 
 from .. import formats, metadata
 from ..api import CoreMLFunction
@@ -37,7 +36,7 @@ from ..frontend.interpreter import Lowering
 from ..ir import TensorType, dtype_from_numpy, verify
 from ..transforms.rewrite import dce, substitute
 from .frozen import bake_weights
-from .mlstate import Layout
+from .mlstate import Layout, role_states, unpack
 
 TRAIN_FUNCTION, PREDICT_FUNCTION = "train_step", "predict"
 
@@ -92,18 +91,14 @@ def _params_from_states(traced: Traced, params, layout: Layout) -> Traced:
     pieces = [(name, g.new_value(TensorType((n,), dtype_from_numpy(np.dtype(dt)))))
               for name, _, n, dt in layout.state_types()]
     g.inputs = pieces + list(g.inputs[n_p:])
-    total = sum(s.size for s in slots)
-
-    def decode(*f32_pieces):  # the params prefix of the fp32 vector, as mlstate.unpack
-        flat = layout.codec.decode("float32", *(lax.slice(p, (0,), (total,))
-                                                for p in f32_pieces))
-        return [lax.slice(flat, (s.offset,), (s.offset + s.size,)).reshape(s.shape)
-                for s in slots]
-
-    f32_names = set(layout.piece_names("float32"))
+    f32_names = set(role_states(layout, "param"))
     f32 = [v for name, v in pieces if name in f32_names]
-    if len(f32) != len(f32_names):
+    if not f32:
         raise RlxError("internal: the state layout has no fp32 pieces")
+
+    def decode(*f32_pieces):  # the params, as mlstate.unpack decodes them
+        return unpack(layout, *f32_pieces, role="param")
+
     closed = jax.make_jaxpr(decode)(
         *[jax.ShapeDtypeStruct(v.type.shape, v.type.dtype.np) for v in f32])
     n0 = len(g.nodes)

@@ -11,6 +11,7 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -18,8 +19,7 @@ from hypothesis import given, settings, strategies as st
 
 import rlxjax
 from rlxjax.training import mlstate as M
-from helpers import jax_loop
-from models import MLP, cross_entropy, onehot, rng_data
+from helpers import bits as _bits, jax_loop, mlp_workload
 
 STEPS = 60
 # Same bound as io mode: the state storage is exact (see test_codec_*), so mlstate training
@@ -36,17 +36,9 @@ CASES = {
 
 @functools.lru_cache(maxsize=None)
 def _workload(name):
-    """(loss, params, batch) as models.workloads() builds them (only the MLP; the
-    transformer block is in bench/mlstate_drift.py)."""
+    """(loss, params, batch) as models.workloads() builds them (only the MLP here)."""
     assert name == "mlp_layernorm"
-    (x,), y, m = rng_data(0, (8, 16)), onehot(1, 8, 4), MLP()
-    return (lambda p, x, y: cross_entropy(m.apply(p, x), y),
-            m.init(jax.random.PRNGKey(0), x), (x, y))
-
-
-def _bits(a):
-    a = np.asarray(a)
-    return a.view({4: np.uint32, 2: np.uint16}[a.dtype.itemsize])
+    return mlp_workload()
 
 
 @settings(max_examples=30, deadline=None)
@@ -138,11 +130,14 @@ def test_structure_metadata_save_and_export(tmp_path):
     from rlxjax.coreml.mil import operations
     writes = [op for op in operations(c.spec) if op.type == "write_state"]
     assert writes and all(sorted(op.inputs) == ["data", "input"] for op in writes)
-    # every read comes before the first write, writes are the last ops
-    types = [op.type for op in c.mil_ops() if op.type != "const"]
-    assert types.count("read_state") == types.count("write_state") == 6
-    assert max(i for i, t in enumerate(types) if t == "read_state") < types.index("write_state")
-    assert types[-6:] == ["write_state"] * 6
+    # each state is read before it is written (the memory order moves a write that
+    # computes from its read as early as its value exists: coreml/mil_order.py)
+    ops = [op for op in c.mil_ops() if op.type in ("read_state", "write_state")]
+    assert [op.type for op in ops].count("read_state") == len(ops) // 2 == 6
+    state_of = lambda op: op.inputs["input"].arguments[0].name  # noqa: E731
+    order = [(op.type, state_of(op)) for op in ops]
+    assert all(order.index(("read_state", n)) < order.index(("write_state", n))
+               for _, n in order)
     meta = json.loads(c.spec.description.metadata.userDefined["rlxjax.train"])
     assert meta["state"] == "mlstate" and {r["role"] for r in meta["states"]} == {
         "f32_exp", "f32_hi", "f32_lo", "i32_hi", "i32_mid", "i32_lo"}
@@ -312,3 +307,43 @@ def test_saved_stateful_package_runs_through_rlxjax_load(tmp_path):
     want1 = float(loss(jax.tree_util.tree_map(lambda p, d: p - 0.1 * d, params, g), *batch))
     np.testing.assert_allclose(model(*batch, state=device)["out"], want0, rtol=1e-5)
     np.testing.assert_allclose(model(*batch, state=device)["out"], want1, rtol=1e-5)
+
+
+#: the train-step workloads of tests/models.py (mlp_layernorm is covered above)
+BIT_WORKLOADS = [pytest.param("transformer_block")] + [
+    pytest.param(n, marks=pytest.mark.slow)
+    for n in ("batchnorm_train", "channelnet_groupnorm", "cnn_groupnorm", "dit_block")]
+
+
+@pytest.mark.parametrize("name", BIT_WORKLOADS)
+def test_every_leaf_is_the_io_step_bit_for_bit(name):
+    """3 adamw steps: every parameter and optimizer-state leaf of the mlstate step has the
+    bits of the io step compiled for the same target. mlstate needs iOS18 (Core ML states)
+    and io defaults to iOS17, where attention is matmul + softmax instead of iOS18's fused
+    scaled_dot_product_attention (which rounds differently): the same target is what makes
+    the two programs the same maths."""
+    if name == "transformer_block":  # workloads()["transformer_block"], built alone
+        from models import TransformerBlock, rng_data
+
+        (xt,), tb = rng_data(2, (2, 8, 32)), TransformerBlock()
+        loss, params, batch = (lambda p, x: jnp.mean(tb.apply(p, x) ** 2),
+                               tb.init(jax.random.PRNGKey(1), xt), (xt,))
+    else:
+        from models import workloads
+
+        loss, params, batch = workloads()[name]
+    has_aux = name == "batchnorm_train"
+    run = {}
+    for mode in ("io", "mlstate"):
+        step = rlxjax.coreml_train_step(loss, optax.adamw(1e-2), state=mode, target="iOS18",
+                                        backend="reference", has_aux=has_aux)
+        s, losses = step.init(params, *batch), []
+        for _ in range(3):
+            s, lv, *_ = step(s, *batch)   # (has_aux: then the aux)
+            losses.append(_bits(np.asarray(lv)))
+        run[mode] = losses, jax.tree_util.tree_leaves((s.params, s.opt_state))
+    (io_losses, io_leaves), (ml_losses, ml_leaves) = run["io"], run["mlstate"]
+    np.testing.assert_array_equal(ml_losses, io_losses)
+    assert len(ml_leaves) == len(io_leaves) > 0
+    for a, b in zip(ml_leaves, io_leaves):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
