@@ -4,7 +4,8 @@ written out from primitive Core AI ops with the formulas of the Core ML lowering
 
 * ``softmax`` = ``exp(x - max) / sum``, ``log_softmax`` = ``(x - max) - log(sum)``
   (max over the axis, dims kept); their backward ops as in ir/activation.py;
-* ``gelu`` exact: ``0.5·x·(1 + erf(x/√2))``; tanh form as JAX writes it; ``silu`` =
+* ``gelu`` exact as JAX writes it, ``0.5·x·erfc(-x·√½)`` (ops_special.py's erfc; native fp16
+  values ``0.5·x·(1 + erf(x/√2))``); tanh form as JAX writes it; ``silu`` =
   ``x·sigmoid(x)``; their backward ops;
 * ``attention`` = ``softmax(q·kᵀ·scale + mask)·v`` with ``batch_matmul``; its backward as
   ir/attention.py.
@@ -20,6 +21,7 @@ import numpy as np
 
 from ..ir import DType
 from .ops_base import rule, unsupported
+from .ops_special import erfc_lowers, erfc_of
 
 F32 = DType.f32
 
@@ -62,19 +64,26 @@ def _log_softmax_grad(ctx, node, ins):
 _C = math.sqrt(2.0 / math.pi)
 
 
-def _gelu_parts(ctx, x, approximate, dt):
+def _half_one_plus(ctx, x, approximate, dt):
+    """0.5·(1 + t): t the tanh of the approximate form, else erf(x/√2), written as JAX's
+    ``0.5·erfc(-x·√½)`` (``1 + erf`` cancels for x < 0 and is 0 below -5.54; docs/coreai.md
+    measures both). Native fp16 values (precision="fp16" / "mixed"), which erfc is not
+    lowered for, keep ``1 + erf``."""
     c = lambda v: ctx.scalar(v, dt)  # noqa: E731
     if approximate:  # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
         inner = ctx.mul(c(_C), ctx.add(x, ctx.mul(c(0.044715), ctx.mul(ctx.mul(x, x), x))))
-        return ctx.ca.tanh(inner)
-    return ctx.ca.erf(ctx.mul(x, c(1 / math.sqrt(2.0))))
+        t = ctx.ca.tanh(inner)
+        return ctx.mul(c(0.5), ctx.add(c(1), t)), t
+    if erfc_lowers(ctx, dt):
+        return ctx.mul(c(0.5), erfc_of(ctx, ctx.mul(x, c(-1 / math.sqrt(2.0))), dt)), None
+    return ctx.mul(c(0.5), ctx.add(c(1), ctx.ca.erf(ctx.mul(x, c(1 / math.sqrt(2.0)))))), None
 
 
 @rule("gelu")
 def _gelu(ctx, node, ins):
     x, dt = ins[0], _t(node).dtype
-    t = _gelu_parts(ctx, x, node.params["approximate"], dt)
-    return ctx.mul(ctx.mul(ctx.scalar(0.5, dt), x), ctx.add(ctx.scalar(1, dt), t))
+    half_1pt, _ = _half_one_plus(ctx, x, node.params["approximate"], dt)
+    return ctx.mul(x, half_1pt)
 
 
 @rule("gelu_grad")
@@ -82,13 +91,12 @@ def _gelu_grad(ctx, node, ins):
     x, dy = ins
     dt = _t(node).dtype
     c = lambda v: ctx.scalar(v, dt)  # noqa: E731
-    t = _gelu_parts(ctx, x, node.params["approximate"], dt)
-    half_1pt = ctx.mul(c(0.5), ctx.add(c(1), t))
+    half_1pt, t = _half_one_plus(ctx, x, node.params["approximate"], dt)
     if node.params["approximate"]:
         # 0.5(1+t) + 0.5·x·(1−t²)·√(2/π)·(1 + 3·0.044715·x²)
         d_inner = ctx.mul(c(_C), ctx.add(c(1), ctx.mul(c(3 * 0.044715), ctx.mul(x, x))))
         rest = ctx.mul(ctx.mul(ctx.mul(c(0.5), x), ctx.sub(c(1), ctx.mul(t, t))), d_inner)
-    else:  # 0.5(1+erf(x/√2)) + x·exp(−x²/2)/√(2π)
+    else:  # 0.5·erfc(-x/√2) + x·exp(−x²/2)/√(2π)
         rest = ctx.mul(x, ctx.mul(ctx.ca.exp(ctx.mul(c(-0.5), ctx.mul(x, x))),
                                   c(1 / math.sqrt(2 * math.pi))))
     return ctx.mul(dy, ctx.add(half_1pt, rest))

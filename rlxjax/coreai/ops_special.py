@@ -26,8 +26,18 @@ def _horner(ctx, coeffs, u, dt):
 def _erfc(ctx, node, ins):
     x, dt = ins[0], node.inputs[0].type.dtype
     # fp16 values: in their fp32 carriers, rounded once (ops_base.py); not in Core AI fp16
-    if dt != DType.f32 and not (dt == DType.f16 and not ctx.native_f16):
+    if not erfc_lowers(ctx, dt):
         raise unsupported(node, f"erfc of {dt} is not lowered for Core AI yet")
+    return erfc_of(ctx, x, dt)
+
+
+def erfc_lowers(ctx, dt) -> bool:
+    """Whether ``erfc_of`` computes values of ``dt``: fp32, and fp16 values carried in fp32."""
+    return dt == DType.f32 or (dt == DType.f16 and not ctx.native_f16)
+
+
+def erfc_of(ctx, x, dt):
+    """erfc(x), the composition above (also exact gelu's, as JAX writes it)."""
     c = lambda v: ctx.scalar(v, dt)  # noqa: E731
     a = ctx.ca.abs_(x)
     fa = _horner(ctx, _ERFC_A, ctx.sub(a, c(2.0)), dt)
