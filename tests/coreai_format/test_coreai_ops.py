@@ -138,6 +138,25 @@ def test_composed_transcendentals_within_measured_ulps():
     _same(got[6][-n:][limits], np.asarray(jax.jit(lax.erfc)(y[-n:]))[limits])
 
 
+def test_exact_gelu_and_its_gradient_within_measured_ulps():
+    """jax.nn.gelu(approximate=False) is 0.5·x·erfc(-x·√½); written as 1 + erf(x/√2) it
+    cancelled for x < 0 and was 0 below -5.54 (1.68e7 ulp). Measured here: 66 ulp forward,
+    239 for the gradient (XLA: 9.3e5 and 1.2e7 on the same points)."""
+    from scipy.special import erfc
+
+    x = np.concatenate([np.linspace(-10, 10, 2001), -np.geomspace(1e-6, 1e3, 200),
+                        np.geomspace(1e-6, 1e3, 200)]).astype(np.float32)
+    gelu = lambda x: jax.nn.gelu(x, approximate=False)  # noqa: E731
+    y, dx = rlxjax.coreml_jit(lambda x: (gelu(x), jax.grad(lambda x: jnp.sum(gelu(x)))(x)),
+                             format="aimodel")(x)
+    x64 = x.astype(np.float64)
+    cdf = 0.5 * erfc(-x64 / np.sqrt(2.0))
+    assert _ulps(y, x64 * cdf) <= 70
+    assert _ulps(dx, cdf + x64 * np.exp(-x64 ** 2 / 2) / np.sqrt(2 * np.pi)) <= 240
+    tail = (x < -5.6) & ((x64 * cdf).astype(np.float32) != 0)  # not flushed to 0 there
+    assert tail.sum() > 100 and np.all(np.asarray(y)[tail] < 0)
+
+
 def _ln(x, w):
     m = x.mean(-1, keepdims=True)
     return (x - m) / jnp.sqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5) * w + 0.5
