@@ -226,9 +226,22 @@ def _sum_sin(tree):
 
 
 @pytest.mark.parametrize("op", OPS)
-@SETTINGS
+@FEW
 @given(data=st.data())
 def test_matches_reference_under_transforms(op, data):
+    """The default suite's examples of ``_under_transforms`` (two XLA compiles each)."""
+    _under_transforms(op, data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", OPS)
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_matches_reference_under_transforms_more_examples(op, data):
+    _under_transforms(op, data)
+
+
+def _under_transforms(op, data):
     """Eager, jit, grad w.r.t. every operand, jvp (other operands' tangents are symbolic
     zeros), vmap of x alone and of x with the next operand, jit(vmap), vmap(grad) -- all
     against the jax.numpy reference; vmaps against a per-example loop of it.
