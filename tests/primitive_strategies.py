@@ -10,11 +10,13 @@ import numpy as np
 from hypothesis import settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
+from helpers import examples
+
 F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_
 
 #: Default per-test settings: few examples, no deadline (first example pays JAX's jit).
-FEW = settings(max_examples=8, deadline=None)
-SOME = settings(max_examples=12, deadline=None)
+FEW = settings(max_examples=examples(8), deadline=None)
+SOME = settings(max_examples=examples(12), deadline=None)
 
 
 def shapes(min_dims=0, max_dims=3, min_side=1, max_side=5):

@@ -20,12 +20,12 @@ from hypothesis import assume, given, settings, strategies as st
 from jax import lax
 
 import rlxjax
-from helpers import FP32_TOL, assert_tree_close, check_against_jax
+from helpers import assert_tree_close, check_against_jax, examples, FP32_TOL
 from rlxjax.errors import UnsupportedPrimitiveError
 from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
-FWD = settings(max_examples=12, deadline=None)
-GRAD = settings(max_examples=16, deadline=None)
+FWD = settings(max_examples=examples(12), deadline=None)
+GRAD = settings(max_examples=examples(16), deadline=None)
 
 LAYOUTS = {
     1: [("NCH", "OIH", "NCH"), ("NHC", "HIO", "NHC"), ("NCH", "HIO", "NHC")],

@@ -56,15 +56,16 @@ from hypothesis import HealthCheck, given, settings
 
 import rlxjax
 from fuzz_check import _one, check_grad, check_program
+from helpers import examples
 from fuzz_interp import Program
 from fuzz_programs import programs
 
 _ENV = os.environ.get("RLXJAX_FUZZ_EXAMPLES")
-N_EXAMPLES = int(_ENV or 6)  # the default suite's; the slow runs draw 300
+N_EXAMPLES = int(_ENV or examples(6))  # the default suite's; the slow runs draw 300
 _COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
 DEFAULT = settings(max_examples=N_EXAMPLES, derandomize=True, **_COMMON)
 # a gradient example costs ~3x a forward one (two traces, a transform, two references)
-DEFAULT_GRAD = settings(DEFAULT, max_examples=int(_ENV or 6))
+DEFAULT_GRAD = settings(DEFAULT, max_examples=int(_ENV or examples(6)))
 LONG = settings(max_examples=int(_ENV or 300), derandomize=False, database=None, **_COMMON)
 
 

@@ -20,11 +20,11 @@ from hypothesis.extra import numpy as hnp
 from jax import lax
 
 import rlxjax
-from helpers import FP32_TOL, assert_tree_close, check_against_jax
+from helpers import assert_tree_close, check_against_jax, examples, FP32_TOL
 from rlxjax.errors import UnsupportedDTypeError, UnsupportedPrimitiveError
 from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
-FEW = settings(max_examples=6, deadline=None)
+FEW = settings(max_examples=examples(6), deadline=None)
 F32, I32 = np.float32, np.int32
 
 
@@ -306,7 +306,7 @@ def test_uint32_that_may_not_fit_is_a_clear_error():
 
 
 # -- windowed gathers / scatters ---------------------------------------------------------------
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=examples(4), deadline=None)
 @given(data=st.data(), mode=st.sampled_from(["clip", "fill", "promise_in_bounds"]))
 def test_windowed_gather_and_scatter(data, mode):
     """Windows wider than 1 on indexed dims: vmap of dynamic_slice / dynamic_update_slice

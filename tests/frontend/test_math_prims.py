@@ -21,13 +21,13 @@ from hypothesis import given, settings, strategies as st
 from jax import lax
 
 import rlxjax
-from helpers import TEST_BACKEND, assert_tree_close, check_against_jax
+from helpers import assert_tree_close, check_against_jax, examples, TEST_BACKEND
 from primitive_strategies import F32, arrays, bshapes, float_elements, shapes
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import math_accuracy  # noqa: E402  (the error measure of docs/numerics.md)
 
-FEW = settings(max_examples=4, deadline=None)
+FEW = settings(max_examples=examples(4), deadline=None)
 
 
 def _run(fn, *args, precision="fp32"):

@@ -22,9 +22,9 @@ from hypothesis import given, settings, strategies as st
 from jax import lax
 
 import rlxjax
-from helpers import assert_tree_close, check_against_jax
+from helpers import assert_tree_close, check_against_jax, examples
 
-FEW = settings(max_examples=8, deadline=None)
+FEW = settings(max_examples=examples(8), deadline=None)
 RNG = np.random.default_rng(0)
 
 _INIT = {"max": -np.inf, "min": np.inf, "sum": 0.0}

@@ -25,8 +25,12 @@ def _builder():
 
 
 # 06_federated runs Flower's Simulation Engine (Ray, 8 simulated phones): ~50 s here, so it
-# is slow, and it needs the extra rlxjax[flower]
-SLOW = {"06_federated.ipynb"}
+# is slow, and it needs the extra rlxjax[flower]. 02, 04, 05 and 07 take 10-36 s each (92 s
+# of the default suite's 10 minutes): they run under -m slow, and the default suite keeps
+# the quickstart and the on-device training notebook (01, 03). Every notebook's saved
+# outputs are checked against its source below in every run.
+SLOW = {"02_grads_and_norms.ipynb", "04_dit_block.ipynb", "05_finetune.ipynb",
+        "06_federated.ipynb", "07_llm_on_device.ipynb"}
 NEEDS = {"06_federated.ipynb": ("flwr", "ray", "flwr_datasets", "sklearn")}
 
 

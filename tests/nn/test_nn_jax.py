@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 import rlxjax.nn as rnn
 from rlxjax.nn import reference as R
 
+from helpers import examples
+
 FWD_TOL = dict(rtol=1e-5, atol=1e-6)
 GRAD_TOL = dict(rtol=1e-4, atol=1e-5)
 # flax / equinox order the same maths differently (e.g. flax folds gamma into the rsqrt
@@ -23,7 +25,7 @@ LIB_TOL = dict(rtol=1e-5, atol=1e-5)
 FP16_TOL = dict(rtol=2e-2, atol=2e-2)
 
 SETTINGS = settings(max_examples=10, deadline=None, derandomize=True)
-FEW = settings(max_examples=5, deadline=None, derandomize=True)
+FEW = settings(max_examples=examples(5), deadline=None, derandomize=True)
 
 EPS = st.sampled_from([1e-6, 1e-5, 1e-3, 0.1])
 dim = st.integers(1, 4)

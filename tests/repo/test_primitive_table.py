@@ -3,9 +3,7 @@ be up to date (regenerate with ``python tools/primitive_table.py``) and every re
 primitive it lists must really be refused."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import functools
 
 import pytest
 
@@ -20,12 +18,16 @@ pytestmark = pytest.mark.skipif(
     reason="docs/primitives.md is generated with jax %d.%d; this is jax %d.%d"
            % (*_jax_compat.SUPPORTED_LINES[-1], *_jax_compat.LINE))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOOL = os.path.join(ROOT, "tools", "primitive_table.py")
+_TOOL = None
 
 
 def _tool():
-    return load_tool('primitive_table')
+    """The tool, its ``render`` run once per test process (it traces every example: ~3 s)."""
+    global _TOOL
+    if _TOOL is None:
+        _TOOL = load_tool('primitive_table')
+        _TOOL.render = functools.lru_cache(maxsize=None)(_TOOL.render)
+    return _TOOL
 
 
 def test_committed_table_is_up_to_date():
@@ -52,14 +54,12 @@ def test_table_lists_every_rule_once_and_the_refusals():
     assert set(tool.EXAMPLES) <= set(RULES)
 
 
-def test_check_flag_exits_nonzero_when_stale(tmp_path):
+def test_check_flag_exits_nonzero_when_stale(tmp_path, capsys):
     stale = tmp_path / "primitives.md"
     stale.write_text("# old\n", encoding="utf-8")
-    r = subprocess.run([sys.executable, TOOL, "--check", "--out", str(stale)],
-                       capture_output=True, text=True)
-    assert r.returncode == 1 and "stale" in r.stderr
-    r = subprocess.run([sys.executable, TOOL, "--out", str(stale)], capture_output=True, text=True)
-    assert r.returncode == 0
-    r = subprocess.run([sys.executable, TOOL, "--check", "--out", str(stale)],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    tool = _tool()  # its main(), in this process (the command line is sys.exit(main()))
+    assert tool.main(["--check", "--out", str(stale)]) == 1
+    assert "stale" in capsys.readouterr().err
+    assert tool.main(["--out", str(stale)]) == 0
+    assert stale.read_text(encoding="utf-8") == tool.render()
+    assert tool.main(["--check", "--out", str(stale)]) == 0, capsys.readouterr().err

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from jax import lax
 
 import rlxjax
-from helpers import TEST_BACKEND, assert_tree_close, check_against_jax
+from helpers import assert_tree_close, check_against_jax, examples, TEST_BACKEND
 from rlxjax.transforms.recognize_activations import recognize_activations
 
-SETTINGS = settings(max_examples=4, deadline=None)
+SETTINGS = settings(max_examples=examples(4), deadline=None)
 FUSED = ("softmax", "log_softmax", "gelu", "silu")
 # fp32 against JAX's fp32: the fused formulas round differently from XLA's (another order
 # of the sums, MIL's own gelu/tanh); measured differences stay below 1e-6 relative to the

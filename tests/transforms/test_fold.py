@@ -19,9 +19,11 @@ from rlxjax.ir.builder import Builder
 from rlxjax.ir.ops import OPS
 from rlxjax.transforms.fold import FOLD_MAX_GROWTH, fold_constants
 
+from helpers import examples
+
 pytestmark = pytest.mark.reference_backend  # bit-identity with the MIL program's semantics
 
-FEW = settings(max_examples=10, deadline=None)
+FEW = settings(max_examples=examples(10), deadline=None)
 PER_OP = settings(max_examples=3, deadline=None)  # each op is its own test case
 F32 = np.float32
 

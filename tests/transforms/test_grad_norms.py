@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 import rlxjax
 import rlxjax.nn as rnn
-from helpers import assert_tree_close
+from helpers import assert_tree_close, examples
 from rlxjax.coreml.lower import lower_graph
 from rlxjax.coreml.targets import get_target
 from rlxjax.ir import DType, Graph, TensorType
 
-SETTINGS = settings(max_examples=6, deadline=None)
+SETTINGS = settings(max_examples=examples(6), deadline=None)
 # fp32. The backward formula (dx = inv·(sy − mean(sy) − x̂·mean(sy·x̂))) is not the one
 # JAX's autodiff of the reference evaluates, so the two round differently; over 30
 # examples of each test below the largest difference measured was 3.6e-6 absolute on

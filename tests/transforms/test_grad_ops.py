@@ -19,11 +19,11 @@ from hypothesis import given, settings, strategies as st
 from jax import lax
 
 import rlxjax
-from helpers import assert_tree_close
+from helpers import assert_tree_close, examples
 from primitive_strategies import (F32, arrays, bshapes, dot_problems, dyadic_elements,
                                   float_elements, shapes)
 
-FEW = settings(max_examples=6, deadline=None)
+FEW = settings(max_examples=examples(6), deadline=None)
 DY = dyadic_elements(-4, 4, denom=4)
 
 

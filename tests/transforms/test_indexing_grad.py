@@ -18,11 +18,11 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import rlxjax
-from helpers import FP32_TOL, assert_tree_close
+from helpers import assert_tree_close, examples, FP32_TOL
 from rlxjax.ir.ops import OPS
 
 F32, I32 = np.float32, np.int32
-FEW = settings(max_examples=4, deadline=None)
+FEW = settings(max_examples=examples(4), deadline=None)
 
 
 def _loss(f, w):

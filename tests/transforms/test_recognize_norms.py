@@ -18,7 +18,7 @@ import rlxjax
 import rlxjax.nn
 from rlxjax.ir import verify
 from rlxjax.transforms.recognize_norms import recognize_norms
-from helpers import assert_tree_close
+from helpers import assert_tree_close, examples
 
 NORM_OPS = ("layer_norm", "rms_norm", "group_norm", "batch_norm", "batch_norm_train",
             "layer_norm2d")
@@ -341,7 +341,7 @@ def test_hand_written_batch_norm_train(f, expect):
 EPS = st.sampled_from([1e-6, 1e-5, 1e-3, 0.1])
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(shape=st.lists(st.integers(1, 5), min_size=2, max_size=4), k=st.integers(1, 3),
        eps=EPS, fast=st.booleans(), scale=st.booleans(), bias=st.booleans(),
        seed=st.integers(0, 2**16))
@@ -355,7 +355,7 @@ def test_linen_layer_norm_hypothesis(shape, k, eps, fast, scale, bias, seed):
            expect=lambda f: sum(f.values()) == 1 and set(f) <= {"layer_norm", "group_norm"})
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(shape=st.lists(st.integers(1, 5), min_size=2, max_size=4), eps=EPS,
        seed=st.integers(0, 2**16))
 def test_linen_rms_norm_hypothesis(shape, eps, seed):
@@ -363,7 +363,7 @@ def test_linen_rms_norm_hypothesis(shape, eps, seed):
     _linen(nn.RMSNorm(epsilon=eps), _rand(rng, *shape), rng, expect={"rms_norm": 1})
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(n=st.integers(1, 3), spatial=st.lists(st.integers(1, 4), max_size=2),
        groups=st.integers(1, 4), per_group=st.integers(1, 3), eps=EPS,
        fast=st.booleans(), seed=st.integers(0, 2**16))
