@@ -587,6 +587,9 @@ def main(argv=None):
     ap.add_argument("--name", help="only harnesses whose name contains this")
     ap.add_argument("--sample", type=int, help="a deterministic sample of N per group")
     ap.add_argument("--kind", choices=("fwd", "grad", "both"), default="both")
+    ap.add_argument("--skip-json", action="append", default=[], metavar="JSON",
+                    help="skip the harnesses whose results this --json file of an earlier "
+                         "run holds (to finish a long run in parts)")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--write", action="store_true",
                     help="write the table into docs/primitives.md")
@@ -607,6 +610,11 @@ def main(argv=None):
     idx = sample(hs, a.sample) if a.sample else range(len(hs))
     idx = [i for i in idx if (not a.group or hs[i].group_name in a.group)
            and (not a.name or a.name in hs[i].fullname)]
+    done = set()
+    for path in a.skip_json:
+        with open(path, encoding="utf-8") as f:
+            done |= {r["name"] for r in json.load(f)["results"]}
+    idx = [i for i in idx if hs[i].fullname not in done]
     kinds = ("fwd", "grad") if a.kind == "both" else (a.kind,)
     jobs = [(i, k) for i in idx for k in kinds]
     results = run_jobs(jobs, a.jobs)
@@ -623,9 +631,10 @@ def main(argv=None):
         payload = {"jax": jax.__version__, "summary": summary, "results": results}
         write_bytes(a.json, (json.dumps(payload, indent=0, sort_keys=True) + "\n").encode())
     if a.write:
-        if a.sample or a.group or a.name or a.kind != "both" or a.format != "mlpackage":
-            ap.error("--write needs the full Core ML run (no --sample/--group/--name/--kind/"
-                     "--format)")
+        if (a.sample or a.group or a.name or a.skip_json or a.kind != "both"
+                or a.format != "mlpackage"):
+            ap.error("--write needs the full Core ML run (no --sample/--group/--name/"
+                     "--skip-json/--kind/--format)")
         write_doc(results, summary, jax.__version__)
     return 0
 
