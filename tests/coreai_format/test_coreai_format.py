@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import rlxjax
+from helpers import examples
 
 pytest.importorskip("coreai.authoring", reason="format='aimodel' needs coreai-core (rlxjax[coreai])")
 
@@ -93,7 +94,7 @@ def test_batched_dot_general_reductions_and_shapes():
     np.testing.assert_allclose(got[0], c64.max(axis=(0, 2)), atol=6 * EPS * terms.max())
 
 
-@settings(max_examples=4, deadline=None, derandomize=True)
+@settings(max_examples=examples(4), deadline=None, derandomize=True)
 @given(hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=1, max_dims=3, max_side=3),
        st.sampled_from(["add", "sub", "mul", "max", "min"]))
 def test_broadcasting_binary_ops_are_exact(shapes, name):

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from fuzz_check import _one, check_grad, check_program
 from fuzz_interp import Program
 from fuzz_programs import programs
+from helpers import examples
 from rlxjax.errors import RlxError
 
 pytest.importorskip("coreai")
@@ -28,7 +29,7 @@ from rlxjax.coreai.worker import CoreAIRuntimeError  # noqa: E402
 
 _AIMODEL = {"format": "aimodel"}
 _COMMON = dict(deadline=None, suppress_health_check=list(HealthCheck), print_blob=True)
-SAMPLE = settings(max_examples=3, derandomize=True, **_COMMON)
+SAMPLE = settings(max_examples=examples(3), derandomize=True, **_COMMON)
 LONG = settings(max_examples=int(os.environ.get("RLXJAX_FUZZ_EXAMPLES") or 40),
                 derandomize=False, database=None, **_COMMON)
 

@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 
 import rlxjax
 import rlxjax.nn as rnn
-from helpers import TEST_BACKEND, assert_tree_close
+from helpers import assert_tree_close, examples, TEST_BACKEND
 from rlxjax.coreml.lower import lower_graph
 from rlxjax.coreml.targets import get_target
 from rlxjax.ir import DType, Graph, TensorType
 
-SETTINGS = settings(max_examples=4, deadline=None)
+SETTINGS = settings(max_examples=examples(4), deadline=None)
 # as tests/transforms/test_grad_norms.py: another evaluation order than JAX's autodiff
 NORM_TOL = dict(rtol=1e-4, atol=1e-5)
 STATS = {"reduce_mean", "rsqrt", "sub"}  # the written-out statistics

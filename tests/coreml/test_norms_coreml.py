@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlxjax.nn as rnn
-from helpers import check_against_jax
+from helpers import check_against_jax, examples
 from rlxjax.nn import reference as ref
 
-SETTINGS = settings(max_examples=8, deadline=None)
+SETTINGS = settings(max_examples=examples(8), deadline=None)
 # fp32: one pass of mean/variance over <= 60 elements; numpy and XLA may sum in another
 # order, which moves results by a few ulps of values of order 1-10 (measured <= 2e-6).
 TOL = dict(rtol=1e-5, atol=1e-5)

@@ -13,10 +13,10 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import rlxjax
-from helpers import FP32_TOL, assert_tree_close
+from helpers import assert_tree_close, examples, FP32_TOL
 
 F32, I32 = np.float32, np.int32
-FEW = settings(max_examples=3, deadline=None)
+FEW = settings(max_examples=examples(3), deadline=None)
 
 
 def _collectives(x, y):

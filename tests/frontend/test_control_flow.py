@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlxjax
-from helpers import assert_tree_close, check_against_jax
+from helpers import assert_tree_close, check_against_jax, examples
 from rlxjax.errors import UnsupportedPrimitiveError
 
 RNG = np.random.default_rng(0)
@@ -262,7 +262,7 @@ def test_nested_control_flow_gradient():
     _check_grad(loss, _f32(3, 3, scale=0.5), _f32(6, 3), argnums=(0, 1))
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(length=st.integers(1, 6), width=st.integers(1, 4), reverse=st.booleans(),
        seed=st.integers(0, 2**16))
 def test_scan_property(length, width, reverse, seed):

@@ -260,7 +260,7 @@ def test_four_spatial_dims_are_unsupported():
 
 # --- the reference interpreter's MIL conv vs JAX -----------------------------------------------
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_reference_conv_vs_jax(data):
     """coremltools has no value_inference for conv (see OPS_WITHOUT_VALUE_INFERENCE in

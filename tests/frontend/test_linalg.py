@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from jax import lax
 
 import rlxjax
-from helpers import assert_tree_close, check_against_jax
+from helpers import assert_tree_close, check_against_jax, examples
 from rlxjax.errors import UnsupportedPrimitiveError
 
 SETTINGS = dict(deadline=None, derandomize=True,
@@ -105,7 +105,7 @@ def _check_triangular_solve(n, k, batch, left_side, lower, transpose_a, unit_dia
     _check_grad(f, a, b, rng=rng)
 
 
-@settings(max_examples=6, **SETTINGS)
+@settings(max_examples=examples(6), **SETTINGS)
 @given(n=st.integers(1, 5), k=st.integers(1, 4), batch=BATCH, left_side=st.booleans(),
        lower=st.booleans(), transpose_a=st.booleans(), unit_diagonal=st.booleans())
 def test_triangular_solve_matches_jax(n, k, batch, left_side, lower, transpose_a,
@@ -131,7 +131,7 @@ def test_triangular_solve_with_a_zero_pivot_divides_by_zero_as_lapack():
 
 
 # -- lu and what is built on it -----------------------------------------------------------------
-@settings(max_examples=3, **SETTINGS)
+@settings(max_examples=examples(3), **SETTINGS)
 @given(m=st.integers(1, 5), n=st.integers(1, 5), batch=BATCH)
 def test_lu_matches_jax(m, n, batch):
     rng = _rng("lu", m, n, batch)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 import rlxjax
 from fuzz_interp import make_inputs, run
 from fuzz_programs import programs
-from helpers import assert_tree_close
+from helpers import assert_tree_close, examples
 from models import workloads
 from rlxjax.api import Lowered
 from rlxjax.frontend import Traced
@@ -121,7 +121,7 @@ def _ops(g: Graph) -> set:
 
 
 # -- random programs (tests/fuzz_programs.py) ------------------------------------------------
-@settings(max_examples=12, derandomize=True, deadline=None,
+@settings(max_examples=examples(12), derandomize=True, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(programs())
 def test_random_program_graphs_round_trip(case):

@@ -24,7 +24,7 @@ GRAD_TOL = dict(rtol=1e-4, atol=1e-5)
 LIB_TOL = dict(rtol=1e-5, atol=1e-5)
 FP16_TOL = dict(rtol=2e-2, atol=2e-2)
 
-SETTINGS = settings(max_examples=10, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=examples(10), deadline=None, derandomize=True)
 FEW = settings(max_examples=examples(5), deadline=None, derandomize=True)
 
 EPS = st.sampled_from([1e-6, 1e-5, 1e-3, 0.1])

@@ -15,6 +15,8 @@ import rlxjax
 from rlxjax import _jax_compat as jc
 from rlxjax.frontend.random import host_compile
 
+from helpers import examples
+
 SHAPES = [(3,), (2, 5), (4, 1, 3)]
 DISTS = {
     "uniform": lambda k, s: jax.random.uniform(k, s, minval=-3.0, maxval=7.0),
@@ -107,7 +109,7 @@ def test_long_runs_switch_to_the_compiled_stage(monkeypatch):
     assert staged.numpy and entry[0] is not None and entry[2] == 3
 
 
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), impl=KEYS, draws=DRAWS)
 def test_staged_equals_one_jit_bit_for_bit(seed, impl, draws):
     _check_draws(seed, impl, draws)

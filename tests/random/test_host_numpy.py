@@ -13,6 +13,8 @@ from jax import lax
 from rlxjax import _jax_compat as jc
 from rlxjax.frontend.random import host_numpy
 
+from helpers import examples
+
 U32 = st.integers(0, 2**32 - 1)
 
 
@@ -47,7 +49,7 @@ def test_threefry2x32_equals_jax(k1, k2, xs):
     np.testing.assert_array_equal(np.concatenate([a, b])[: len(xs)], np.asarray(want))
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(seed=st.integers(-2**31, 2**31 - 1), data=st.integers(0, 2**32 - 1),
        shape=st.sampled_from([(), (1,), (3,), (2, 5), (4, 1, 3)]),
        dtype=st.sampled_from([jnp.uint8, jnp.uint16, jnp.uint32]))
@@ -96,7 +98,7 @@ def test_keys_moved_around_equal_jit():
         _assert_equal_to_jit(f, np.int32(3), np.int32(i), np.array([True, False, True, True]))
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10), deadline=None)
 @example(dtype=np.int32, xs=[0, 5, 2**31, 7], shifts=[0, 1, 33, 3])  # INT_MIN, / 0, >> 33
 @given(dtype=st.sampled_from([np.int8, np.uint8, np.int32, np.uint32]),
        xs=st.lists(st.integers(-2**31, 2**32 - 1), min_size=4, max_size=4),

@@ -25,7 +25,7 @@ from rlxjax.runtime.reference import AcceleratedProgram, ReferenceProgram, Refer
 
 from fuzz_interp import make_inputs, run
 from fuzz_programs import programs
-from helpers import assert_tree_close
+from helpers import assert_tree_close, examples
 from models import cross_entropy, workloads
 
 pytestmark = pytest.mark.reference_backend  # about the reference interpreter itself
@@ -304,7 +304,7 @@ def test_runtime_errors_are_the_same():
 
 # -- random programs (the fuzzer's generator) ------------------------------------------------------
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=list(HealthCheck))
 @given(programs())
 def test_random_programs_and_their_gradients(case):
     prog = case[0]

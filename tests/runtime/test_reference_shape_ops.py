@@ -9,9 +9,10 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from _crosscheck import IOS15, IOS16, IOS17, checks, cross_check
+from helpers import examples
 from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
 
-SETTINGS = settings(max_examples=25, deadline=None)
+SETTINGS = settings(max_examples=examples(25), deadline=None)
 F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_
 DTYPES = [F32, F16, I32, BOOL]
 

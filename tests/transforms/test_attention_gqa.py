@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import rlxjax
-from helpers import TEST_BACKEND, assert_tree_close
+from helpers import assert_tree_close, examples, TEST_BACKEND
 
 # fp32 against XLA's fp32: another association of the same sums, values of order 1.
 TOL = dict(rtol=1e-5, atol=2e-6)
@@ -170,7 +170,7 @@ def _grouped_case(form, b, t, s, kh, g, h, mask_i, kill_row, target, seed):
         _check(f, (q, k, v, mask), target, (0, 1, 2, 3))
 
 
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(**_SHAPES)
 @example(form="gemma_flax", b=2, t=3, s=4, kh=2, g=3, h=4, mask_i=1, kill_row=True,
          target="iOS18", seed=0)  # GQA, input bool mask, a fully masked row

@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import rlxjax
-from helpers import TEST_BACKEND, assert_tree_close
+from helpers import assert_tree_close, examples, TEST_BACKEND
 
 TOL = dict(rtol=2e-5, atol=2e-6)  # fp32 vs XLA's fp32: other association of the same sums
 
@@ -80,7 +80,7 @@ def test_grouped_heads_and_bias_are_fused():
            (q, kv, kv, bias), (0, 1, 2, 3), "attention")
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=examples(4), deadline=None)
 @given(mask_seed=st.integers(0, 10**6), fill=st.sampled_from(["min", "0.7min", "-1e9"]),
        as_input=st.booleans(), kill_row=st.booleans(), seed=st.integers(0, 50))
 @example(mask_seed=1, fill="min", as_input=False, kill_row=True, seed=0)

@@ -24,7 +24,7 @@ from helpers import examples
 pytestmark = pytest.mark.reference_backend  # bit-identity with the MIL program's semantics
 
 FEW = settings(max_examples=examples(10), deadline=None)
-PER_OP = settings(max_examples=3, deadline=None)  # each op is its own test case
+PER_OP = settings(max_examples=examples(3), deadline=None)  # each op is its own test case
 F32 = np.float32
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import rlxjax
-from helpers import assert_tree_close
+from helpers import assert_tree_close, examples
 from rlxjax.ir import DType, Graph, TensorType
 from rlxjax.ir.builder import Builder
 from rlxjax.transforms.scalar_muls import fold_scalar_muls
@@ -63,7 +63,7 @@ def _split_case(draw):
     return tuple(shape), axis, sizes
 
 
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=examples(5), deadline=None)
 @given(_split_case(), st.booleans())
 def test_jnp_split_is_one_mil_split_forward_and_backward(case, equal):
     shape, axis, sizes = case
@@ -120,7 +120,7 @@ def test_dit_block_gradient_has_one_split_and_no_zero_add():
     assert_tree_close(c(*args), jax.grad(loss)(*args), rtol=2e-4, atol=2e-5)
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(st.lists(st.integers(1, 4), min_size=2, max_size=5), st.data())
 def test_hand_written_slices_become_one_split(sizes, data):
     # x[:, a:b] for some of the pieces of a partition of axis 1: a split when >= 2 pieces
