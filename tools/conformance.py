@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import signal
@@ -374,9 +375,13 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 
-def _run_one(job):
-    idx, kind = job
-    h = harnesses()[idx]
+@functools.lru_cache(maxsize=None)
+def _by_name():
+    return {h.fullname: h for h in harnesses()}
+
+
+def _run_one(name, kind):
+    h = _by_name()[name]
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(TIMEOUT_S)
     try:
@@ -393,10 +398,13 @@ def _run_one(job):
 
 
 def _worker():
-    """Run the jobs named on stdin (``index kind`` per line), one JSON line each."""
+    """Run the jobs named on stdin (``harness-name kind`` per line), one JSON line each.
+    By name, not by index: JAX builds ``all_harnesses`` in an order that differs between
+    processes (sets iterated under string hash randomisation), so an index sent to a worker
+    named another harness of the group in it."""
     for line in sys.stdin:
-        i, kind = line.split()
-        print(json.dumps(_run_one((int(i), kind))), flush=True)
+        name, kind = line.rstrip("\n").rsplit(" ", 1)
+        print(json.dumps(_run_one(name, kind)), flush=True)
 
 
 def run_jobs(jobs, n_procs: int):
@@ -409,6 +417,7 @@ def run_jobs(jobs, n_procs: int):
     bar = tqdm(total=len(jobs)) if tqdm else None
     lock = threading.Lock()
     results = {}
+    hs = harnesses()
 
     def shard(todo):
         while todo:
@@ -417,7 +426,7 @@ def run_jobs(jobs, n_procs: int):
                                  cwd=ROOT)
             def feed(p=p, todo=todo):  # from a thread: the worker's answers are read meanwhile
                 try:
-                    p.stdin.write("".join(f"{i} {k}\n" for i, k in todo))
+                    p.stdin.write("".join(f"{hs[i].fullname} {k}\n" for i, k in todo))
                     p.stdin.close()
                 except (BrokenPipeError, OSError):
                     pass  # the worker died; its answers so far are read below

@@ -68,3 +68,14 @@ def test_harness_sample(name, kind):
 @pytest.mark.parametrize("name, kind", _params(sampled=False))
 def test_harness_all(name, kind):
     _check(name, kind)
+
+
+@pytest.mark.slow
+def test_worker_processes_run_the_harnesses_they_are_given():
+    """run_jobs sends each worker process harness names: by index, a worker whose harness
+    list came out in another dtype order (see above) ran another harness of the group,
+    so a run missed some harnesses and ran others twice."""
+    hs = C.harnesses()
+    jobs = [(i, "fwd") for i, h in enumerate(hs) if h.group_name in ("abs", "neg", "sign")]
+    got = [r["name"] for r in C.run_jobs(jobs, 2)]
+    assert got == [hs[i].fullname for i, _ in jobs]
