@@ -127,9 +127,12 @@ def _order(block, keep) -> int:
     original = list(range(len(ops)))
     best, best_peak = original, peak(original)
     emitted = best_peak[0] - best_peak[1], best_peak[1]
-    for candidate in (original, _greedy(mem, uses, deps, producer, outputs),
-                      _post_order(deps, producer, outputs, free_writes),
-                      _post_order(deps, producer, outputs, free_writes, reverse_roots=True)):
+    candidates = [original, _greedy(mem, uses, deps, producer, outputs),
+                  _post_order(deps, producer, outputs, free_writes),
+                  _post_order(deps, producer, outputs, free_writes, reverse_roots=True)]
+    if free_writes:  # the outputs (a train step's loss) first, the states' writes reversed
+        candidates.append(_post_order(deps, producer, outputs, free_writes[::-1]))
+    for candidate in candidates:
         for order in (candidate, refine(lifetimes, candidate)):
             p = peak(order)
             # neither peak above the emitted order's, and the program's dependencies kept

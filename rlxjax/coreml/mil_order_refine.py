@@ -42,7 +42,7 @@ import numpy as np
 from .. import memory
 
 _KEYS = ("all", "temp")  # the peak of everything live; of the temporaries (outputs weigh 0)
-_CONE = 64  # at most this many ops move at once
+_CONE = 160  # at most this many ops move at once
 _TINY = 1e-4  # a step lowering the sum of the peaks by less than this is tiny
 _PATIENCE = 32  # evaluations since the last kept move that make a search long
 
@@ -86,6 +86,9 @@ class Lifetimes:
         for j, d in enumerate(deps):
             for i in d:
                 self.users[i].append(j)
+        # the users reading a value of the op (the others only come after it: a side
+        # effect's order, a state's next read or write)
+        self.data_users = [{u for w in ws for u in self.readers[w]} for ws in self.writes]
         # an op with nested blocks adds their peak on top of what is live at it
         # (memory.block_peak: a loop's body on top of its carriers, a branch beside them)
         self.extra = {k: np.zeros(n) for k in _KEYS}
@@ -143,7 +146,7 @@ def _cone(lt: Lifetimes, j: int, outputs: bool):
         stack = list(lt.deps[j])
         while stack and len(cone) < _CONE:
             i = stack.pop()
-            if i not in cone and all(u in cone for u in lt.users[i]) and (
+            if i not in cone and all(u in cone for u in lt.data_users[i]) and (
                     outputs or not lt.writes_output[i]):
                 cone.add(i)
                 stack.extend(lt.deps[i])

@@ -316,6 +316,14 @@ def state_bindings(layout: Layout) -> Dict[str, str]:
 CHUNK = 2 ** 23
 
 
+#: a leaf larger than a chunk is cut into pieces of a chunk / BIG_LEAF_PIECES: its update
+#: comes when its whole gradient is complete (a tied embedding's, at the very end), every
+#: piece of that gradient live, and each piece's update holds some eight temporaries of the
+#: piece's size (its value, moments, their new values, the codec's); GPT-2 small at seq
+#: 128: 494.5 MiB of temporaries with whole chunks, 442.1 with quarters
+BIG_LEAF_PIECES = 4
+
+
 #: one piece of a chunk: (slot, first element, end element) of the slot's flat values
 Segment = Tuple[Slot, int, int]
 
@@ -327,7 +335,9 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
     (``_subtrees``: a GPT-2 block's leaves, not the end of block 1 with the start of block
     10, whose gradients are ready far apart, so that a chunk can be updated, encoded and
     written as soon as its own gradients exist), subtrees of under an eighth of a chunk
-    together, and a leaf larger than a chunk cut into chunk-sized pieces."""
+    together, and a leaf larger than a chunk cut into pieces of a ``BIG_LEAF_PIECES``-th
+    of a chunk, of whole rows (its leading axis) where they fit (mlstate_graph.py then
+    slices a piece out of a new value without a flat copy of it)."""
     limit = CHUNK if layout.chunk is None else layout.chunk
     out: List[List[Segment]] = []
     slots = layout.group(dtype)
@@ -343,8 +353,11 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
             if n <= limit:
                 out.append([(s, 0, s.size) for s in tree])
                 continue
-            (s,) = tree   # one leaf larger than a chunk
-            out += [[(s, lo, min(s.size, lo + limit))] for lo in range(0, s.size, limit)]
+            (s,) = tree   # one leaf larger than a chunk: pieces of whole rows if they fit
+            row = int(np.prod(s.shape[1:], dtype=np.int64))
+            piece = max(1, limit // BIG_LEAF_PIECES)
+            step = piece // row * row if 0 < row <= piece else piece
+            out += [[(s, lo, min(s.size, lo + step))] for lo in range(0, s.size, step)]
     return out
 
 

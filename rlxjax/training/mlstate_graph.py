@@ -64,7 +64,8 @@ def rewrite_to_states(g: Graph, layout: Layout, in_vals, out_vals, n_outputs: in
     for k in phases:
         reads[k] = [g.new_value(t) for _, t in types]
         decoded[k] = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, reads[k])
-    g.nodes = g.nodes[n0:] + g.nodes[:n0]   # the decodes read only the states: run them first
+    decodes = g.nodes[n0:]
+    g.nodes = decodes + g.nodes[:n0]   # the decodes read only the states: run them first
     index = {v.id: i for i, v in enumerate(in_vals)}
     for node in g.nodes[len(g.nodes) - n0:]:
         if any(v.id in index for v in node.inputs):
@@ -80,12 +81,15 @@ def rewrite_to_states(g: Graph, layout: Layout, in_vals, out_vals, n_outputs: in
         *[jax.ShapeDtypeStruct(v.type.shape, v.type.dtype.np) for v in out_vals])
     encoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, out_vals)
     written = state_bindings(layout)
+    ready = _readiness(g, phase_of, phases[-1])
+    by_leaf = _write_order(layout)
     g.outputs = g.outputs[:n_outputs] + sorted(
         [(written[name], v) for (name, _, _), v in zip(layout.states(), encoded)],
-        key=_write_order(layout))
+        key=lambda item: (ready.get(item[1].id, -1),) + by_leaf(item))
     sink_slices(g, g.nodes[n1:])
-    scalar_operands(g, g.nodes[:len(g.nodes) - n0] + g.nodes[n1:])
+    scalar_operands(g, decodes + g.nodes[n1:])
     dce(g)
+    _just_in_time(g, decodes)
     # each state's first read is the earliest phase that still reads it; later phases'
     # reads are re-reads, unread ones go
     live = {v.id for n in g.nodes for v in n.inputs} | output_ids(g)
@@ -97,12 +101,51 @@ def rewrite_to_states(g: Graph, layout: Layout, in_vals, out_vals, n_outputs: in
     g.inputs = states + again + rest
 
 
+def _just_in_time(g: Graph, movable: Sequence[Node]) -> None:
+    """Each of the ``movable`` nodes (the decodes, which read only the states) just before
+    the first node reading it, in their order: the lowering emits the ops in graph order,
+    and the memory order (coreml/mil_order.py) starts from it and visits what an op needs
+    in it - a later phase's decode then comes after the gradients the same update needs,
+    not before them."""
+    ids = {id(n) for n in movable}
+    rest = [n for n in g.nodes if id(n) not in ids]
+    at = {id(n): i for i, n in enumerate(rest)}
+    readers = users(g)
+    anchor: Dict[int, int] = {}
+    for n in reversed([n for n in g.nodes if id(n) in ids]):
+        anchor[id(n)] = min((anchor[id(r)] if id(r) in ids else at[id(r)]
+                             for v in n.outputs for r in readers.get(v.id, ())),
+                            default=len(rest))
+    before: Dict[int, List[Node]] = {}
+    for n in g.nodes:
+        if id(n) in ids:
+            before.setdefault(anchor[id(n)], []).append(n)
+    g.nodes = [m for i, n in enumerate(rest) for m in before.get(i, []) + [n]] + \
+        before.get(len(rest), [])
+
+
+def _readiness(g: Graph, phase_of, last: int) -> Dict[int, int]:
+    """value id -> the position of the latest node before the last phase (the update) it
+    depends on: when a state's new value can be computed (a block's gradients are
+    complete), so that the writes are listed in the order the backward pass makes them
+    ready."""
+    ready: Dict[int, int] = {}
+    for i, n in enumerate(g.nodes):
+        r = max((ready.get(v.id, -1) for v in n.inputs), default=-1)
+        if n.inputs and phase_of(n) < last:
+            r = i
+        for v in n.outputs:
+            ready[v.id] = r
+    return ready
+
+
 def _write_order(layout: Layout):
     """A sort key for the state writes: each chunk by the first parameter its leaves
     belong to (an optimizer-state leaf by the parameter whose path ends its own:
     'opt_state.0.mu.params.h_1.kernel' -> 'params.params.h_1.kernel') and where in that
-    leaf it starts, so that a parameter chunk's write comes next to those of its moments (the memory order writes
-    the states in this order when nothing else decides, coreml/mil_order.py)."""
+    leaf it starts, so that a parameter chunk's write comes next to those of its moments (after
+    ``_readiness``: the memory order starts from the writes in this order,
+    coreml/mil_order.py)."""
     params = {s.name.split(".", 1)[-1]: i for i, s in enumerate(layout.slots)
               if s.role == "param"}
 

@@ -36,11 +36,11 @@ def _cut(names, roles, shapes, chunk):
 def test_chunks_cover_the_layout_in_order():
     got = _cut(["a", "b", "c", "d"], ["param", "param", "opt_state", "opt_state"],
                [(3, 5), (40,), (2,), (7, 7)], 16)
-    # at most CHUNK elements a chunk, a big leaf cut into chunk-sized pieces from its
-    # start, never params with optimizer state
+    # at most CHUNK elements a chunk, a big leaf cut into pieces of whole rows from its
+    # start (d: 7 x 7, two rows a chunk), never params with optimizer state
     assert got == [[("a", 0, 15)], [("b", 0, 16)], [("b", 16, 32)], [("b", 32, 40)],
-                   [("c", 0, 2)], [("d", 0, 16)], [("d", 16, 32)], [("d", 32, 48)],
-                   [("d", 48, 49)]]
+                   [("c", 0, 2)], [("d", 0, 14)], [("d", 14, 28)], [("d", 28, 42)],
+                   [("d", 42, 49)]]
 
 
 def test_chunks_follow_the_pytree():
