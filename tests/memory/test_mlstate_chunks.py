@@ -35,12 +35,12 @@ def _cut(names, roles, shapes, chunk):
 
 def test_chunks_cover_the_layout_in_order():
     got = _cut(["a", "b", "c", "d"], ["param", "param", "opt_state", "opt_state"],
-               [(3, 5), (40,), (2,), (7, 7)], 16)
-    # at most CHUNK elements a chunk, a big leaf cut into pieces of whole rows from its
-    # start (d: 7 x 7, two rows a chunk), never params with optimizer state
-    assert got == [[("a", 0, 15)], [("b", 0, 16)], [("b", 16, 32)], [("b", 32, 40)],
-                   [("c", 0, 2)], [("d", 0, 14)], [("d", 14, 28)], [("d", 28, 42)],
-                   [("d", 42, 49)]]
+               [(3, 5), (40,), (2,), (7, 7)], 32)
+    # at most CHUNK elements a chunk, never params with optimizer state; a leaf larger
+    # than a chunk in pieces of a quarter chunk (8), of whole rows where a row fits (d)
+    assert got == [[("a", 0, 15)], [("b", 0, 8)], [("b", 8, 16)], [("b", 16, 24)],
+                   [("b", 24, 32)], [("b", 32, 40)], [("c", 0, 2)]] + \
+        [[("d", lo, lo + 7)] for lo in range(0, 49, 7)]
 
 
 def test_chunks_follow_the_pytree():
@@ -48,11 +48,11 @@ def test_chunks_follow_the_pytree():
     with the start of block 10 (alphabetical order puts them side by side, their gradients
     are ready far apart); subtrees of under an eighth of a chunk go together."""
     names = ["p.h_1.a", "p.h_1.b", "p.h_10.a", "p.h_10.b", "p.ln.a", "p.ln.b", "p.wte"]
-    got = _cut(names, ["param"] * 7, [(6,), (6,), (6,), (6,), (1,), (1,), (40,)], 16)
+    got = _cut(names, ["param"] * 7, [(6,), (6,), (6,), (6,), (1,), (1,), (40,)], 32)
     assert got == [[("p.h_1.a", 0, 6), ("p.h_1.b", 0, 6)],
                    [("p.h_10.a", 0, 6), ("p.h_10.b", 0, 6)],
-                   [("p.ln.a", 0, 1), ("p.ln.b", 0, 1)],
-                   [("p.wte", 0, 16)], [("p.wte", 16, 32)], [("p.wte", 32, 40)]]
+                   [("p.ln.a", 0, 1), ("p.ln.b", 0, 1)]] + \
+        [[("p.wte", lo, lo + 8)] for lo in range(0, 40, 8)]
     # a subtree larger than a chunk splits one level deeper
     got = _cut(["p.h.a", "p.h.b", "p.h.c"], ["param"] * 3, [(9,), (9,), (3,)], 16)
     assert got == [[("p.h.a", 0, 9)], [("p.h.b", 0, 9)], [("p.h.c", 0, 3)]]
@@ -91,7 +91,8 @@ def test_each_chunk_is_its_own_states_written_when_encoded(monkeypatch, tmp_path
     from test_memory_analysis import assert_agrees, measured
 
     # 708 parameters and 2 x 708 adamw moments, one set of fp32 states per subtree (Dense_0's
-    # bias, its 512-value kernel in two, Dense_1, LayerNorm_0) and role: 5 + 10 sets
+    # bias, its 16 x 32 kernel in pieces of three rows - a quarter chunk is 100 values -,
+    # Dense_1, LayerNorm_0) and role: 9 + 18 sets
     step, st, params, batch, loss = _step(400, monkeypatch, target="iOS18")
     c = step.last_compiled
     meta = json.loads(c.spec.description.metadata.userDefined["rlxjax.train"])
@@ -100,7 +101,7 @@ def test_each_chunk_is_its_own_states_written_when_encoded(monkeypatch, tmp_path
     assert meta["state_chunk"] == 400
     exp = [r for r in meta["states"] if r["role"] == "f32_exp"]
     sizes = [r["shape"][0] for r in exp]
-    assert len(exp) == 15 and max(sizes) <= 400 and sum(sizes) == n_f32
+    assert len(exp) == 27 and max(sizes) <= 400 and sum(sizes) == n_f32
     assert [r["offset"] for r in exp] == [sum(sizes[:k]) for k in range(len(exp))]
     assert [r["name"] for r in exp] == [f"state_f32_{k}_exp" for k in range(len(exp))]
     assert {f.name for f in c.spec.description.state} == {r["name"] for r in meta["states"]}
