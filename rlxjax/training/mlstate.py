@@ -322,6 +322,9 @@ CHUNK = 2 ** 23
 #: piece's size (its value, moments, their new values, the codec's); GPT-2 small at seq
 #: 128: 494.5 MiB of temporaries with whole chunks, 442.1 with quarters
 BIG_LEAF_PIECES = 4
+#: ... but no piece under this many values unless the chunk is (each piece costs the
+#: codec's ~150 ops whatever its size)
+MIN_PIECE = 2 ** 16
 
 
 #: one piece of a chunk: (slot, first element, end element) of the slot's flat values
@@ -355,7 +358,7 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
                 continue
             (s,) = tree   # one leaf larger than a chunk: pieces of whole rows if they fit
             row = int(np.prod(s.shape[1:], dtype=np.int64))
-            piece = max(1, limit // BIG_LEAF_PIECES)
+            piece = max(limit // BIG_LEAF_PIECES, min(limit, MIN_PIECE))
             step = piece // row * row if 0 < row <= piece else piece
             out += [[(s, lo, min(s.size, lo + step))] for lo in range(0, s.size, step)]
     return out

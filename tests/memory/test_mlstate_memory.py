@@ -45,6 +45,7 @@ def _tied():
 
 def _measure(monkeypatch, rereads=True, sink=True):
     monkeypatch.setattr(M, "CHUNK", 512)
+    monkeypatch.setattr(M, "MIN_PIECE", 1)  # quarter-chunk pieces of the embedding
     if not rereads:  # one phase: every state read once, its leaves live to their last use
         monkeypatch.setattr(PR, "_phases", lambda *a: (lambda node: 0))
     if not sink:
