@@ -23,7 +23,8 @@ states) with the state codec on chunks (training/mlstate.py ``CHUNK``) and on th
 packed vector (``CHUNK`` past the vector's length: what every program did before chunks),
 next to XLA's step with the parameters and optimizer state donated (updated in place).
 
-Run: ``python bench/memory.py [--layers N] [--seqs 128,512] [--skip-workloads]``.
+Run: ``python bench/memory.py [--layers N] [--seqs 128,512] [--skip-workloads]
+[--rows mlstate,mlstate+remat]`` (``--rows``: only those GPT-2 rows).
 """
 from __future__ import annotations
 
@@ -112,16 +113,21 @@ def whole_vector_codec():
         mlstate.CHUNK = saved
 
 
-def gpt2_rows(seq, layers):
+#: (label, per-block remat, memory order, state mode) of every GPT-2 row
+GPT2_ROWS = (("emitted", False, False, "io"), ("ordered", False, True, "io"),
+             ("ordered+remat", True, True, "io"), ("mlstate", False, True, "mlstate"),
+             ("mlstate+remat", True, True, "mlstate"),
+             ("mlstate unchunked", False, True, "mlstate"))
+
+
+def gpt2_rows(seq, layers, only=None):
     from scale_models import gpt2_small
 
     rows = []
     xla = {}  # (remat, donated) -> XLA's stats
-    for label, remat, ordered, state in (
-            ("emitted", False, False, "io"), ("ordered", False, True, "io"),
-            ("ordered+remat", True, True, "io"), ("mlstate", False, True, "mlstate"),
-            ("mlstate+remat", True, True, "mlstate"),
-            ("mlstate unchunked", False, True, "mlstate")):
+    for label, remat, ordered, state in GPT2_ROWS:
+        if only is not None and label not in only:
+            continue
         _, params, _, loss, batch = gpt2_small(seq=seq, remat=remat, layers=layers)
         opt = optax.adamw(1e-4)
         ostate = jax.eval_shape(opt.init, params)
@@ -146,24 +152,28 @@ def gpt2_rows(seq, layers):
     return rows
 
 
-def gpt2_table(seqs, layers):
+def gpt2_table(seqs, layers, only=None):
     print(f"\nGPT-2 small ({layers} layers, d 768, vocab 50257), batch 1, adamw, iOS18 fp32, "
           "state='io' unless the row says mlstate")
     print(f"{'seq':>4} {'program':<17} {'temp MiB':>9} {'x emitted':>9} {'temp XLA-like':>13} "
           f"{'peak MiB':>9} {'GFLOP':>7} {'recompute':>9} {'XLA temp':>9} {'XLA peak':>9} "
           f"{'compile s':>9}")
     for seq in seqs:
-        rows = gpt2_rows(seq, layers)
-        base_temp = rows[0][1].temp_size_in_bytes
-        base_flops = rows[1][2]
+        rows = gpt2_rows(seq, layers, only)
+        by = {r[0]: r for r in rows}
+        base_temp = by["emitted"][1].temp_size_in_bytes if "emitted" in by else None
         for label, m, flops, x, secs in rows:
-            extra = f"{(flops - base_flops) / base_flops:+.1%}" if label == "ordered+remat" \
-                else ""
+            # recomputation's (and the state codec's) flops: against the io step's, or the
+            # mlstate step's without remat
+            base = by.get("mlstate" if label.startswith("mlstate") else "ordered")
+            extra = f"{(flops - base[2]) / base[2]:+.1%}" if base is not None and \
+                label.endswith("+remat") else ""
+            times = f"{m.temp_size_in_bytes / base_temp:>9.2f}" if base_temp else f"{'':>9}"
             xt = f"{x.temp_size_in_bytes / MIB:9.1f}" if x is not None else f"{'':>9}"
             xa = (f"{(x.argument_size_in_bytes + x.output_size_in_bytes + x.temp_size_in_bytes - x.alias_size_in_bytes) / MIB:9.1f}"  # noqa: E501
                   if x is not None else f"{'':>9}")
             print(f"{seq:>4} {label:<17} {m.temp_size_in_bytes / MIB:>9.1f} "
-                  f"{m.temp_size_in_bytes / base_temp:>9.2f} "
+                  f"{times} "
                   f"{m.temp_outside_outputs_in_bytes / MIB:>13.1f} "
                   f"{m.peak_memory_in_bytes / MIB:>9.1f} "
                   f"{flops / 1e9:>7.1f} {extra:>9} {xt} {xa} {secs:>9.1f}")
@@ -174,10 +184,19 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--seqs", default="128,512")
     ap.add_argument("--skip-workloads", action="store_true")
+    ap.add_argument("--rows", default=None,
+                    help="only these GPT-2 rows, comma-separated (of: "
+                         + ", ".join(r[0] for r in GPT2_ROWS) + "); implies --skip-workloads")
     args = ap.parse_args(argv)
-    if not args.skip_workloads:
+    only = None
+    if args.rows is not None:
+        only = {r.strip() for r in args.rows.split(",")}
+        unknown = only - {r[0] for r in GPT2_ROWS}
+        if unknown:
+            ap.error(f"unknown rows {sorted(unknown)}")
+    if not args.skip_workloads and only is None:
         workloads_table()
-    gpt2_table([int(s) for s in args.seqs.split(",")], args.layers)
+    gpt2_table([int(s) for s in args.seqs.split(",")], args.layers, only)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,24 @@ from typing import Dict, Optional
 from .frontend import Traced
 from .ir import Graph
 
+#: A graph input named ``<state> + REREAD + <tag>`` (``reread_name``), where ``<state>`` is
+#: a graph input of the program's ``states``, is one more read of that state: the same
+#: value (a format reads it again where it is needed; every read comes before the write),
+#: so that a value read early need not stay live until a late reader (training/
+#: mlstate_graph.py: a train step reads its parameters again for the backward pass and the
+#: update). It is neither a function input nor a state of its own.
+REREAD = "@"
+
+
+def reread_name(state: str, tag: str) -> str:
+    return f"{state}{REREAD}{tag}"
+
+
+def reread_of(name: str, states) -> Optional[str]:
+    """The state graph input ``name`` reads again, or None (``REREAD``)."""
+    base, sep, _ = name.rpartition(REREAD)
+    return base if sep and base in (states or {}) else None
+
 
 @dataclass
 class Program:

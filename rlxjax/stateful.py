@@ -207,7 +207,9 @@ def to_states(traced, layout: StateLayout, dyn_index: int, other_states=()):
                                 f"{s.dtype}{list(s.shape)}")
     keep = len(g.outputs) - n
     g.outputs = [(_out_name(name), v) for name, v in g.outputs[:keep]] + g.outputs[keep:]
-    _codec().rewrite_to_states(g, layout.tensors, in_vals, out_vals, keep)
+    from .training.mlstate_graph import rewrite_to_states
+
+    rewrite_to_states(g, layout.tensors, in_vals, out_vals, keep)
     dce(g)
     verify(g)
 

@@ -21,6 +21,7 @@ from . import rules, smallint  # noqa: F401  (registers the lowerings)
 from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
 from ..ir.ops import OPS
+from ..program import reread_of
 from .states import describe_states, state_input, write_state
 from .flexible import FlexDims, describe_flexible, lower_flexible
 from .targets import INT8_IO, Target
@@ -159,11 +160,16 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     in_names, out_names = mil_names[:len(graph.inputs)], mil_names[len(graph.inputs):]
 
     states = dict(states or {})
-    fn_inputs, in_specs, state_specs, state_vars = [], [], [], {}
+    fn_inputs, in_specs, state_specs, state_vars, declared = [], [], [], {}, {}
     for (name, v), mil_name in zip(graph.inputs, in_names):
+        again = reread_of(name, states)
+        if again is not None:  # one more read of a state (rlxjax/program.py REREAD)
+            env[v.id] = b.op("read_state", v.type, input=declared[again])
+            continue
         if name in states:
             b.reserve(mil_name)
             nvt, sspec, svar, env[v.id] = state_input(ctx, name, mil_name, v.type)
+            declared[name] = svar
             if states[name] is not None:  # None: a state this function only reads
                 state_vars[states[name]] = svar
             fn_inputs.append(nvt)

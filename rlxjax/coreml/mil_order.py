@@ -4,13 +4,15 @@ The lowering emits MIL ops in RLX graph order, which for a training step is the 
 forward pass and then the whole backward pass: every activation stays live until its
 backward reader, and a backward op that could have consumed a large temporary early waits
 behind unrelated ones. This pass re-lists the ops of every block (nested ones included) in
-the best of eight orders: four whole-block ones,
+the best of eight orders (ten with state writes free to move): four whole-block ones,
 
 * the order the lowering emitted;
 * a greedy list schedule: of the ops whose inputs exist, the one that adds the fewest net
   bytes (its results minus the inputs it is the last reader of), earliest first on ties;
 * depth-first post-orders from the block's outputs, in their order and in reverse (each
-  value computed just before its first reader needs it);
+  value computed just before its first reader needs it); with state writes free to move
+  (a train step's, roots like the outputs) also one from the outputs and then the writes
+  reversed (the loss early, not after every update);
 
 and each of them refined by coreml/mil_order_refine.py (groups of ops moved across its
 peaks). Best is the lowest sum of two peaks (rlxjax/memory.py ``block_peak``, the model
@@ -127,9 +129,12 @@ def _order(block, keep) -> int:
     original = list(range(len(ops)))
     best, best_peak = original, peak(original)
     emitted = best_peak[0] - best_peak[1], best_peak[1]
-    for candidate in (original, _greedy(mem, uses, deps, producer, outputs),
-                      _post_order(deps, producer, outputs, free_writes),
-                      _post_order(deps, producer, outputs, free_writes, reverse_roots=True)):
+    candidates = [original, _greedy(mem, uses, deps, producer, outputs),
+                  _post_order(deps, producer, outputs, free_writes),
+                  _post_order(deps, producer, outputs, free_writes, reverse_roots=True)]
+    if free_writes:  # the outputs (a train step's loss) first, the states' writes reversed
+        candidates.append(_post_order(deps, producer, outputs, free_writes[::-1]))
+    for candidate in candidates:
         for order in (candidate, refine(lifetimes, candidate)):
             p = peak(order)
             # neither peak above the emitted order's, and the program's dependencies kept

@@ -13,8 +13,10 @@ that helps:
 * find the peak, of everything live and of the temporaries in turn (rlxjax/memory.py's
   model: a value is live from the op writing it to its last reader, an output to the end);
 * for the values live there, biggest first, try three moves: *sink* the op writing the
-  value, with the ops only it depends on (its cone: an update chain and the weight-gradient
-  matmul it starts from), to just before the first op needing any of them after the peak
+  value, with the ops only it depends on (its cone, up to ``_CONE`` ops: an update chain
+  and the weight-gradient matmul it starts from; a state's read and decode, the read's
+  next read or write of the state only coming after it), to just before the first op
+  needing any of them after the peak
   - once with the cone stopping at ops that write outputs (they stay live anyway: the
   update's tail waits, its new parameter not written yet), once through them; *hoist* the
   value's last reader, with what it needs after the peak, to just before the peak (a
@@ -42,7 +44,7 @@ import numpy as np
 from .. import memory
 
 _KEYS = ("all", "temp")  # the peak of everything live; of the temporaries (outputs weigh 0)
-_CONE = 64  # at most this many ops move at once
+_CONE = 160  # at most this many ops move at once (a state's read and decode: ~80)
 _TINY = 1e-4  # a step lowering the sum of the peaks by less than this is tiny
 _PATIENCE = 32  # evaluations since the last kept move that make a search long
 
@@ -86,6 +88,9 @@ class Lifetimes:
         for j, d in enumerate(deps):
             for i in d:
                 self.users[i].append(j)
+        # the users reading a value of the op (the others only come after it: a side
+        # effect's order, a state's next read or write)
+        self.data_users = [{u for w in ws for u in self.readers[w]} for ws in self.writes]
         # an op with nested blocks adds their peak on top of what is live at it
         # (memory.block_peak: a loop's body on top of its carriers, a branch beside them)
         self.extra = {k: np.zeros(n) for k in _KEYS}
@@ -143,7 +148,7 @@ def _cone(lt: Lifetimes, j: int, outputs: bool):
         stack = list(lt.deps[j])
         while stack and len(cone) < _CONE:
             i = stack.pop()
-            if i not in cone and all(u in cone for u in lt.users[i]) and (
+            if i not in cone and all(u in cone for u in lt.data_users[i]) and (
                     outputs or not lt.writes_output[i]):
                 cone.add(i)
                 stack.extend(lt.deps[i])

@@ -102,6 +102,11 @@ class Codec:
     as the pieces ``pieces(dtype)``, each a vector of ``piece_dtype(dtype)``."""
 
     name = ""
+    #: whether reading the leaves computes (a decode), so that a training step reads its
+    #: states again where a later phase needs them rather than keeping the decoded leaves
+    #: live (mlstate_graph.py ``rewrite_to_states``); the format's lowering then takes
+    #: re-reads (rlxjax/program.py ``REREAD``)
+    read_again = False
 
     def pieces(self, dtype: str) -> Tuple[str, ...]:
         raise NotImplementedError
@@ -129,6 +134,7 @@ class F16x3(Codec):
     """Core ML: fp16 states, each fp32 / int32 value exact in three pieces (module doc)."""
 
     name = "rlxjax-f32x3-v1"
+    read_again = True
 
     def pieces(self, dtype):
         return F32_PIECES if dtype == "float32" else I32_PIECES
@@ -310,29 +316,70 @@ def state_bindings(layout: Layout) -> Dict[str, str]:
 CHUNK = 2 ** 23
 
 
+#: a leaf larger than a chunk is cut into pieces of a chunk / BIG_LEAF_PIECES: its update
+#: comes when its whole gradient is complete (a tied embedding's, at the very end), every
+#: piece of that gradient live, and each piece's update holds some eight temporaries of the
+#: piece's size (its value, moments, their new values, the codec's); GPT-2 small at seq
+#: 128: 494.5 MiB of temporaries with whole chunks, 442.1 with quarters
+BIG_LEAF_PIECES = 4
+#: ... but no piece under this many values unless the chunk is (each piece costs the
+#: codec's ~150 ops whatever its size)
+MIN_PIECE = 2 ** 16
+
+
 #: one piece of a chunk: (slot, first element, end element) of the slot's flat values
 Segment = Tuple[Slot, int, int]
 
 
 def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
     """The slots of ``dtype`` in layout order, cut into the codec's chunks (the layout's
-    ``chunk``, else ``CHUNK``)."""
+    ``chunk``, else ``CHUNK``): never a chunk holding leaves of two roles, and, where a
+    role's leaves are more than a chunk, one chunk per subtree of the pytree that fits
+    (``_subtrees``: a GPT-2 block's leaves, not the end of block 1 with the start of block
+    10, whose gradients are ready far apart, so that a chunk can be updated, encoded and
+    written as soon as its own gradients exist), subtrees of under an eighth of a chunk
+    together, and a leaf larger than a chunk cut into pieces of a ``BIG_LEAF_PIECES``-th
+    of a chunk, of whole rows (its leading axis) where they fit (mlstate_graph.py then
+    slices a piece out of a new value without a flat copy of it)."""
     limit = CHUNK if layout.chunk is None else layout.chunk
     out: List[List[Segment]] = []
-    size = 0
-    for s in layout.group(dtype):
-        lo = 0
-        while lo < s.size or (s.size == 0 and lo == 0):
-            if not out or size >= limit or out[-1][-1][0].role != s.role:
-                out.append([])
-                size = 0
-            hi = min(s.size, lo + limit - size)
-            out[-1].append((s, lo, hi))
-            size += hi - lo
-            if s.size == 0:
-                break
-            lo = hi
+    slots = layout.group(dtype)
+    runs = [[s for s in slots if s.role == r] for r in dict.fromkeys(s.role for s in slots)]
+    for run in runs:
+        merging = False
+        for tree in _subtrees(run, limit, 0):
+            n = sum(s.size for s in tree)
+            if merging and n <= limit // 8 and sum(b - a for _, a, b in out[-1]) + n <= limit // 8:
+                out[-1] += [(s, 0, s.size) for s in tree]
+                continue
+            merging = n <= limit // 8
+            if n <= limit:
+                out.append([(s, 0, s.size) for s in tree])
+                continue
+            (s,) = tree   # one leaf larger than a chunk: pieces of whole rows if they fit
+            row = int(np.prod(s.shape[1:], dtype=np.int64))
+            piece = max(limit // BIG_LEAF_PIECES, min(limit, MIN_PIECE))
+            step = piece // row * row if 0 < row <= piece else piece
+            out += [[(s, lo, min(s.size, lo + step))] for lo in range(0, s.size, step)]
     return out
+
+
+def _subtrees(slots: List[Slot], limit: int, depth: int) -> List[List[Slot]]:
+    """Consecutive ``slots`` grouped by the pytree path their names give ('params.h_1.
+    attn.kernel'): the whole run if it fits ``limit`` (or is one leaf), else split by its
+    path component at ``depth``, each part grouped again one level deeper."""
+    if len(slots) == 1 or sum(s.size for s in slots) <= limit:
+        return [slots]
+    key = lambda s: tuple(s.name.split("."))[depth:depth + 1]  # noqa: E731
+    parts: List[List[Slot]] = []
+    for s in slots:
+        if parts and key(parts[-1][-1]) == key(s):
+            parts[-1].append(s)
+        else:
+            parts.append([s])
+    if len(parts) == 1 and not key(slots[0]):  # names exhausted: one leaf at a time
+        parts = [[s] for s in slots]
+    return [t for p in parts for t in _subtrees(p, limit, depth + 1)]
 
 
 def _bounds(chunk: List[Segment]) -> Tuple[int, int]:
@@ -411,38 +458,7 @@ def _concat(xs):
     return xs[0] if len(xs) == 1 else jnp.concatenate(xs)
 
 
-# -- graph rewrite: io-mode graph -> state graph ----------------------------------------------
-def rewrite_to_states(g, layout: Layout, in_vals, out_vals, n_outputs: int) -> None:
-    """Replace the graph inputs ``in_vals`` (params + optimizer state leaves, in ``layout``
-    order) by decoded states and the outputs ``out_vals`` (their new values) by
-    encoded writes named as ``state_bindings(layout)`` says. Keeps the first ``n_outputs``
-    graph outputs (loss, aux)."""
-    from ..frontend.interpreter import Lowering
-    from ..ir import TensorType, dtype_from_numpy
-    from ..transforms.rewrite import substitute
-
-    piece_inputs = []
-    for name, _, n, dt in layout.state_types():
-        v = g.new_value(TensorType((n,), dtype_from_numpy(np.dtype(dt))))
-        piece_inputs.append((name, v))
-    drop = {v.id for v in in_vals}
-    g.inputs = piece_inputs + [(n, v) for n, v in g.inputs if v.id not in drop]
-
-    closed = jax.make_jaxpr(lambda *p: unpack(layout, *p))(
-        *[jax.ShapeDtypeStruct((n,), dt) for _, _, n, dt in layout.state_types()])
-    n0 = len(g.nodes)
-    decoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, [v for _, v in piece_inputs])
-    g.nodes = g.nodes[n0:] + g.nodes[:n0]   # the decode reads only the states: run it first
-    mapping = {v.id: d for v, d in zip(in_vals, decoded)}
-    substitute(g, mapping)
-    out_vals = [mapping.get(v.id, v) for v in out_vals]
-
-    closed = jax.make_jaxpr(lambda *xs: pack(layout, *xs))(
-        *[jax.ShapeDtypeStruct(v.type.shape, v.type.dtype.np) for v in out_vals])
-    encoded = Lowering(g).eval_jaxpr(closed.jaxpr, closed.consts, out_vals)
-    written = state_bindings(layout)
-    g.outputs = g.outputs[:n_outputs] + [
-        (written[name], v) for (name, _, _), v in zip(layout.states(), encoded)]
+# -- graph rewrite: io-mode graph -> state graph: mlstate_graph.py ``rewrite_to_states``
 
 
 # -- the same packing on the host ----------------------------------------------------

@@ -25,7 +25,8 @@ from ..ir import verify
 from ..transforms.grad import backward
 from ..transforms.rewrite import dce
 from .layout import TrainLayout, leaf_struct, state_layout
-from .mlstate import Layout, rewrite_to_states
+from .mlstate import Layout
+from .mlstate_graph import rewrite_to_states
 
 
 # a placeholder leaf for the result's treedef (not None: a pytree's own None nodes,
@@ -78,9 +79,11 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     grads = given if given is not None else backward(
         g, loss_v if differentiate is None else differentiate, p_vals,
         traced.custom_rules.backward)
+    n_grad = len(g.nodes)
     new_p, new_s = _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state)
     if mode == "mlstate":
-        return _to_states(traced, args, p_vals + s_vals, new_p + new_s, codec)
+        return _to_states(traced, args, p_vals + s_vals, new_p + new_s, codec,
+                          _phases(g, loss_v, n_grad))
 
     p_paths = jax.tree_util.tree_flatten_with_path(params)[0]
     s_paths = jax.tree_util.tree_flatten_with_path(opt_state)[0]
@@ -128,7 +131,23 @@ def _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state):
     return outs[:n_p], outs[n_p:]
 
 
-def _to_states(traced: Traced, args, in_vals, out_vals, codec: str) -> Traced:
+def _phases(g, loss_v, n_grad: int):
+    """``phase_of(node)`` for mlstate_graph.py's re-reads: 0 for the forward pass (what the
+    loss depends on), 1 for the backward pass (the other nodes before the update, the
+    first ``n_grad``), 2 for the optimizer update."""
+    forward, todo = set(), [loss_v.node]
+    while todo:
+        n = todo.pop()
+        if n is not None and id(n) not in forward:
+            forward.add(id(n))
+            todo.extend(v.node for v in n.inputs)
+    position = {id(n): i for i, n in enumerate(g.nodes)}
+    return lambda node: 0 if id(node) in forward else (
+        1 if position.get(id(node), n_grad) < n_grad else 2)
+
+
+def _to_states(traced: Traced, args, in_vals, out_vals, codec: str,
+               phase_of=None) -> Traced:
     """mlstate: params and optimizer state become the format's states (mlstate.py)."""
     g, n = traced.graph, len(in_vals)
     layout = state_layout(args[0], args[1], codec)
@@ -136,7 +155,7 @@ def _to_states(traced: Traced, args, in_vals, out_vals, codec: str) -> Traced:
     want = [(s.name, s.shape, s.dtype) for s in layout.slots]
     if got != want:
         raise RlxError(f"internal: the traced inputs {got} are not the state layout {want}")
-    rewrite_to_states(g, layout, in_vals, out_vals, len(g.outputs))
+    rewrite_to_states(g, layout, in_vals, out_vals, len(g.outputs), phase_of)
     dce(g)
     verify(g)
     batch = tuple(args[2:])

@@ -22,23 +22,44 @@ def _step(chunk, monkeypatch, **kw):
     return step, step.init(params, *batch), params, batch, loss
 
 
-def test_chunks_cover_the_layout_in_order():
-    structs = [jax.ShapeDtypeStruct(s, np.float32) for s in [(3, 5), (40,), (2,), (7, 7)]]
-    layout = M.make_layout(["a", "b", "c", "d"], ["param", "param", "opt_state", "opt_state"],
-                           structs)
-    saved = M.CHUNK
+def _cut(names, roles, shapes, chunk):
+    structs = [jax.ShapeDtypeStruct(s, np.float32) for s in shapes]
+    layout = M.make_layout(names, roles, structs)
+    saved = M.CHUNK, M.MIN_PIECE
     try:
-        M.CHUNK = 16
-        got = [[(s.name, a, b) for s, a, b in c] for c in M.chunks(layout, "float32")]
+        M.CHUNK, M.MIN_PIECE = chunk, 1
+        return [[(s.name, a, b) for s, a, b in c] for c in M.chunks(layout, "float32")]
     finally:
-        M.CHUNK = saved
-    # at most CHUNK elements a chunk, a big leaf cut, never params with optimizer state
-    assert got == [[("a", 0, 15), ("b", 0, 1)], [("b", 1, 17)], [("b", 17, 33)],
-                   [("b", 33, 40)], [("c", 0, 2), ("d", 0, 14)], [("d", 14, 30)],
-                   [("d", 30, 46)], [("d", 46, 49)]]
+        M.CHUNK, M.MIN_PIECE = saved
 
 
-@pytest.mark.parametrize("chunk", [pytest.param(5, marks=pytest.mark.slow), 24])
+def test_chunks_cover_the_layout_in_order():
+    got = _cut(["a", "b", "c", "d"], ["param", "param", "opt_state", "opt_state"],
+               [(3, 5), (40,), (2,), (7, 7)], 32)
+    # at most CHUNK elements a chunk, never params with optimizer state; a leaf larger
+    # than a chunk in pieces of a quarter chunk (8), of whole rows where a row fits (d)
+    assert got == [[("a", 0, 15)], [("b", 0, 8)], [("b", 8, 16)], [("b", 16, 24)],
+                   [("b", 24, 32)], [("b", 32, 40)], [("c", 0, 2)]] + \
+        [[("d", lo, lo + 7)] for lo in range(0, 49, 7)]
+
+
+def test_chunks_follow_the_pytree():
+    """Leaves of one subtree that fits share a chunk; the end of block 1 never shares one
+    with the start of block 10 (alphabetical order puts them side by side, their gradients
+    are ready far apart); subtrees of under an eighth of a chunk go together."""
+    names = ["p.h_1.a", "p.h_1.b", "p.h_10.a", "p.h_10.b", "p.ln.a", "p.ln.b", "p.wte"]
+    got = _cut(names, ["param"] * 7, [(6,), (6,), (6,), (6,), (1,), (1,), (40,)], 32)
+    assert got == [[("p.h_1.a", 0, 6), ("p.h_1.b", 0, 6)],
+                   [("p.h_10.a", 0, 6), ("p.h_10.b", 0, 6)],
+                   [("p.ln.a", 0, 1), ("p.ln.b", 0, 1)]] + \
+        [[("p.wte", lo, lo + 8)] for lo in range(0, 40, 8)]
+    # a subtree larger than a chunk splits one level deeper
+    got = _cut(["p.h.a", "p.h.b", "p.h.c"], ["param"] * 3, [(9,), (9,), (3,)], 16)
+    assert got == [[("p.h.a", 0, 9)], [("p.h.b", 0, 9)], [("p.h.c", 0, 3)]]
+
+
+@pytest.mark.parametrize("chunk", [pytest.param(5, marks=pytest.mark.slow),
+                                   pytest.param(24, marks=pytest.mark.slow), 100])
 def test_chunked_codec_is_the_io_step_bit_for_bit(chunk, monkeypatch):
     step, st, params, batch, loss = _step(chunk, monkeypatch)
     io = rlxjax.coreml_train_step(loss, optax.adamw(1e-2), backend="reference")
@@ -54,7 +75,7 @@ def test_chunked_codec_is_the_io_step_bit_for_bit(chunk, monkeypatch):
 
 def test_chunks_lower_the_codec_temporaries(monkeypatch):
     whole, *_ = _step(2 ** 30, monkeypatch, target="iOS18")
-    small, *_ = _step(24, monkeypatch, target="iOS18")
+    small, *_ = _step(100, monkeypatch, target="iOS18")
     a, b = whole.memory_analysis(), small.memory_analysis()
     assert a.state_size_in_bytes == b.state_size_in_bytes
     assert b.temp_size_in_bytes < a.temp_size_in_bytes
@@ -70,7 +91,9 @@ def test_each_chunk_is_its_own_states_written_when_encoded(monkeypatch, tmp_path
 
     from test_memory_analysis import assert_agrees, measured
 
-    # 708 parameters and 2 x 708 adamw moments: 2 + 4 sets of fp32 states
+    # 708 parameters and 2 x 708 adamw moments, one set of fp32 states per subtree (Dense_0's
+    # bias, its 16 x 32 kernel in pieces of 12 rows - a chunk, as pieces are at least
+    # MIN_PIECE -, Dense_1, LayerNorm_0) and role: 5 + 10 sets
     step, st, params, batch, loss = _step(400, monkeypatch, target="iOS18")
     c = step.last_compiled
     meta = json.loads(c.spec.description.metadata.userDefined["rlxjax.train"])
@@ -79,7 +102,7 @@ def test_each_chunk_is_its_own_states_written_when_encoded(monkeypatch, tmp_path
     assert meta["state_chunk"] == 400
     exp = [r for r in meta["states"] if r["role"] == "f32_exp"]
     sizes = [r["shape"][0] for r in exp]
-    assert len(exp) == 6 and max(sizes) <= 400 and sum(sizes) == n_f32
+    assert len(exp) == 15 and max(sizes) <= 400 and sum(sizes) == n_f32
     assert [r["offset"] for r in exp] == [sum(sizes[:k]) for k in range(len(exp))]
     assert [r["name"] for r in exp] == [f"state_f32_{k}_exp" for k in range(len(exp))]
     assert {f.name for f in c.spec.description.state} == {r["name"] for r in meta["states"]}
