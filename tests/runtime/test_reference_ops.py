@@ -98,7 +98,12 @@ def test_binary(op, data):
         x = np.abs(x) if dtype != I32 else x
         lo, hi = (0, 4) if dtype == I32 else (-3, 3)
     y = data.draw(arrays(dtype, sy, lo, hi))
-    cross_check(op, {"x": x, "y": y})
+    # numpy's float power is not correctly rounded and its last bit depends on the code path:
+    # 8.494141 ** 2 in float32 is 72.15043 on a 1-d array and 72.15042 (x * x, the correctly
+    # rounded one) on a 0-d array with numpy 2.4.6, 72.15043 on both with 2.0.2. The two
+    # sides here are numpy evaluations of the same MIL op, so pow is checked to one ulp.
+    tol = dict(rtol=float(np.finfo(dtype).eps)) if op == "pow" and dtype != I32 else {}
+    cross_check(op, {"x": x, "y": y}, **tol)
 
 
 @pytest.mark.parametrize("op", LOGICAL)
