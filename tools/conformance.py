@@ -444,7 +444,7 @@ def run_jobs(jobs, n_procs: int):
             feeder.join()
             if done < len(todo):
                 i, k = todo[done]
-                h = harnesses()[i]
+                h = hs[i]
                 with lock:
                     results[todo[done]] = {
                         "group": h.group_name, "name": h.fullname, "kind": k,
