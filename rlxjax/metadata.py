@@ -47,10 +47,14 @@ FUNCTIONS = "rlxjax.functions"
 #: [{name, mil_name, shape, dtype}]: the function's states, for a format whose package does
 #: not describe them where rlxjax can read it without the runtime (Core AI)
 STATES = "rlxjax.states"
+#: a function's output pytree structure, where its output names do not spell it
+#: (rlxjax/pytree_json.py; absent in packages written before it, read from the names then)
+TREE = "rlxjax.tree"
 #: the "format" entry of a parameters file (training/params_io.py, safetensors metadata)
 PARAMS_FORMAT = "rlxjax.params.v1"
 
-KEYS = (VERSION, IO, EMPTY, RANDOM, NAN_SIGN, TRAIN, PREDICT, STATEFUL, FUNCTIONS, STATES)
+KEYS = (VERSION, IO, EMPTY, RANDOM, NAN_SIGN, TRAIN, PREDICT, STATEFUL, FUNCTIONS, STATES,
+        TREE)
 
 
 def per_function(key: str) -> bool:

@@ -62,7 +62,7 @@ def test_compile_dotted_module_matches_jax(module, tmp_path, capsys):
     assert f"wrote {out}" in text and "x: float32[8, 4]" in text and "n: int32[2]" in text
     x, w = _inputs(0, (8, 4), (4, 3))
     n = np.array([2, -1], np.int32)
-    got = rlxjax.load(out, backend=TEST_BACKEND)(x, w, n)["out"]
+    got = rlxjax.load(out, backend=TEST_BACKEND, flat=True)(x, w, n)["out"]
     mod = sys.modules[module]
     assert_tree_close(got, np.asarray(jax.jit(mod.predict)(x, w, n)), rtol=1e-5, atol=1e-6)
 
@@ -77,7 +77,7 @@ def test_compile_file_path_grad_and_target(module, tmp_path, capsys):
     assert "gradient of" in capsys.readouterr().out
     assert load_spec(str(out)).specificationVersion == 7  # iOS16
     w, x = _inputs(1, (4, 3), (8, 4))
-    got = rlxjax.load(out, backend=TEST_BACKEND)(w, x)
+    got = rlxjax.load(out, backend=TEST_BACKEND, flat=True)(w, x)
     (g,) = got.values()
     mod = sys.modules[f"{module}"]
     assert_tree_close(g, np.asarray(jax.grad(mod.loss)(w, x)), rtol=1e-5, atol=1e-6)

@@ -54,7 +54,7 @@ def test_symbolic_batch_runs_at_1_7_and_64_from_one_package(tmp_path):
     fn_input = {i.name: i for i in compiled.spec.mlProgram.functions["main"].inputs}["x"]
     assert fn_input.type.tensorType.dimensions[0].WhichOneof("dimension") == "unknown"
     path = compiled.save(tmp_path / "flex.mlpackage")
-    loaded = rlxjax.load(path, backend="reference")  # the one package, at every size
+    loaded = rlxjax.load(path, backend="reference", flat=True)  # the one package, at every size
     for n in (1, 7, 64):
         x = rng.standard_normal((n, 16)).astype(np.float32)
         got = loaded(*params, x)
@@ -234,7 +234,7 @@ def test_enumerated_sizes(tmp_path):
     run = make_backend("reference", c.spec, c._weights_dir)
     with pytest.raises(ReferenceRuntimeError, match="not one of the enumerated shapes"):
         run.run({"w": w, "x": np.ones((7, 4), np.float32)})
-    loaded = rlxjax.load(c.save(tmp_path / "enum.mlpackage"), backend="reference")
+    loaded = rlxjax.load(c.save(tmp_path / "enum.mlpackage"), backend="reference", flat=True)
     with pytest.raises(ArgumentError, match="enumerated sizes"):
         loaded(w, np.ones((7, 4), np.float32))
     two = rlxjax.coreml_jit(lambda x, y: x + y, flexible={"x": {0: [1, 2]}, "y": {0: [1, 2]}})

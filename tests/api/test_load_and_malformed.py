@@ -67,7 +67,7 @@ def _blob_values(model):
 
 def _load_and_run(pkg):
     """Everything a user does with a package; only RlxError may come out."""
-    m = rlxjax.load(pkg, backend="reference")
+    m = rlxjax.load(pkg, backend="reference", flat=True)
     return m(*ARGS)
 
 
@@ -75,7 +75,7 @@ def _load_and_run(pkg):
 
 def test_load_rlxjax_package_matches_compiled(saved):
     path, expected = saved
-    m = rlxjax.load(path, backend="reference")
+    m = rlxjax.load(path, backend="reference", flat=True)
     assert m.input_names == ("x", "s", "m")
     out = m(*ARGS)
     assert set(out) == {"out_y", "out_z"}
@@ -87,7 +87,7 @@ def test_load_rlxjax_package_matches_compiled(saved):
 
 
 def test_load_argument_errors(saved):
-    m = rlxjax.load(saved[0], backend="reference")
+    m = rlxjax.load(saved[0], backend="reference", flat=True)
     with pytest.raises(rlxjax.ArgumentError, match="missing"):
         m(ARGS[0])
     with pytest.raises(rlxjax.ArgumentError, match="unknown"):
@@ -119,7 +119,7 @@ def test_load_coremltools_package(tmp_path):
     path = _ct_package(tmp_path, "ct.mlpackage",
                        lambda mb, x: mb.relu(x=mb.matmul(x=x, y=w), name="out"))
     assert os.path.getsize(os.path.join(path, WEIGHT_REL)) > w.nbytes
-    m = rlxjax.load(path, backend="reference")
+    m = rlxjax.load(path, backend="reference", flat=True)
     assert m.input_names == ("x",) and m.output_names == ("out",) and m.input_specs is None
     x = np.linspace(-1, 1, 6).reshape(2, 3)  # float64: cast to the feature's fp32
     np.testing.assert_allclose(m(x=x)["out"], np.maximum(x.astype(np.float32) @ w, 0),
@@ -130,20 +130,20 @@ def test_load_coremltools_package_with_unsupported_op(tmp_path):
     path = _ct_package(tmp_path, "topk.mlpackage",
                        lambda mb, x: mb.topk(x=x, k=2, axis=-1, name="out")[0])
     with pytest.raises(ReferenceRuntimeError, match="topk"):
-        rlxjax.load(path, backend="reference")
+        rlxjax.load(path, backend="reference", flat=True)
 
 
 # -- malformed packages -------------------------------------------------------------------------
 
 def test_missing_and_non_packages(tmp_path):
     with pytest.raises(PackageError, match="no such package"):
-        rlxjax.load(tmp_path / "absent.mlpackage")
+        rlxjax.load(tmp_path / "absent.mlpackage", flat=True)
     (tmp_path / "file.mlpackage").write_bytes(b"x")
     with pytest.raises(PackageError, match="not a folder"):
-        rlxjax.load(tmp_path / "file.mlpackage")
+        rlxjax.load(tmp_path / "file.mlpackage", flat=True)
     (tmp_path / "empty.mlpackage").mkdir()
     with pytest.raises(PackageError, match="Manifest.json"):
-        rlxjax.load(tmp_path / "empty.mlpackage")
+        rlxjax.load(tmp_path / "empty.mlpackage", flat=True)
     assert issubclass(PackageError, rlxjax.RlxError)
 
 
@@ -410,7 +410,7 @@ def _wait_for(proc, word):
 
 def _check_intact(folder, pkg, ckpt, seeds):
     """The package and checkpoint are whole and come from one of ``seeds``."""
-    out = rlxjax.load(pkg, backend="reference")(x=np.ones((1, 512), np.float32))
+    out = rlxjax.load(pkg, backend="reference", flat=True)(x=np.ones((1, 512), np.float32))
     outs = [k for k in out]
     assert len(outs) == 1
     match = [s for s in seeds if np.allclose(out[outs[0]], _expected(s)[1], rtol=1e-5, atol=1e-4)]

@@ -47,7 +47,7 @@ def _close(got, want):
 
 
 def test_a_function_package(folder):
-    m = rlxjax.load(os.path.join(folder, "fn.mlpackage"), backend="reference")
+    m = rlxjax.load(os.path.join(folder, "fn.mlpackage"), backend="reference", flat=True)
     p, (x, _) = mk.params(), mk.batch()
     assert m.input_names == ("p_b", "p_w", "x", "t")
     out = m(p["b"], p["w"], x, np.float32(0.5))
@@ -67,7 +67,7 @@ def _adam_step(p, x, y):
 
 
 def test_an_io_train_and_predict_package(folder):
-    m = rlxjax.load(os.path.join(folder, "train_predict.mlpackage"), backend="reference")
+    m = rlxjax.load(os.path.join(folder, "train_predict.mlpackage"), backend="reference", flat=True)
     assert m.functions == ("train_step", "predict") and m.function_name == "train_step"
     p, (x, y) = mk.params(), mk.batch()
     s0 = optax.adam(1e-2).init(p)
@@ -83,7 +83,7 @@ def test_an_io_train_and_predict_package(folder):
 
 
 def test_an_mlstate_train_and_predict_package(folder):
-    m = rlxjax.load(os.path.join(folder, "mlstate_predict.mlpackage"), backend="reference")
+    m = rlxjax.load(os.path.join(folder, "mlstate_predict.mlpackage"), backend="reference", flat=True)
     st = m.make_state(os.path.join(folder, "mlstate_predict.state"))
     p, (x, y) = mk.params(), mk.batch()
     loss, p1, _ = _adam_step(p, x, y)

@@ -90,7 +90,7 @@ def test_save_functions_shares_one_state(tmp_path):
     double = lambda w, state, x: accumulate(2 * w, state, x)  # noqa: E731
     a = _compiled()
     b = rlxjax.coreml_jit(double, state="state").lower(W, STATE, X).compile()
-    m = rlxjax.load(rlxjax.save_functions(tmp_path / "two.mlpackage", {"a": a, "b": b}))
+    m = rlxjax.load(rlxjax.save_functions(tmp_path / "two.mlpackage", {"a": a, "b": b}), flat=True)
     s = m.make_state()
     np.testing.assert_array_equal(m(w=W, x=X, state=s)["out"], W * X)
     np.testing.assert_array_equal(m.run("b", W, X, state=s)["out"], 2 * W * 2 * X)
@@ -122,7 +122,7 @@ def test_misuse_is_refused_clearly(tmp_path):
 
 
 def test_a_saved_stateful_function_loads_with_its_state_by_leaf_name(tmp_path):
-    m = rlxjax.load(_compiled().save(tmp_path / "acc.mlpackage"))
+    m = rlxjax.load(_compiled().save(tmp_path / "acc.mlpackage"), flat=True)
     assert m.input_names == ("w", "x") and m.output_names == ("out",)
     s = m.make_state()
     s.write({"state.total": np.full((2, 3), 0.5, np.float32), "state.count": np.int32(4)})

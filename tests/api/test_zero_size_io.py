@@ -96,7 +96,7 @@ def _saved(tmp_path):
 
 def test_save_and_load_with_zero_size_io(tmp_path):
     path, f, args = _saved(tmp_path)
-    m = rlxjax.load(path, backend="reference")
+    m = rlxjax.load(path, backend="reference", flat=True)
     assert m.input_names == ("e", "x", "z")
     assert m.output_names == ("out_a", "out_empty", "out_z")
     want = jax.jit(f)(*args)
@@ -134,7 +134,7 @@ def test_malformed_zero_size_metadata(tmp_path, bad):
     with open(os.path.join(path, MODEL_REL), "wb") as fh:
         fh.write(model.SerializeToString())
     with pytest.raises(PackageError, match="rlxjax.empty"):
-        rlxjax.load(path, backend="reference")
+        rlxjax.load(path, backend="reference", flat=True)
 
 
 def test_nothing_to_save_and_training_steps_refuse_zero_size(tmp_path):

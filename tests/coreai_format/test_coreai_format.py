@@ -187,7 +187,7 @@ def test_rlxjax_load_runs_a_saved_aimodel_as_the_compiled_program_does(tmp_path)
 
     p, x, t = {"w": _f32(4, 3)}, _f32(2, 4), np.float32(0.5)
     c = rlxjax.coreml_jit(f, format="aimodel").lower(p, x, t).compile()
-    m = rlxjax.load(c.save(tmp_path / "f.aimodel"))
+    m = rlxjax.load(c.save(tmp_path / "f.aimodel"), flat=True)
     assert m.input_names == ("p_w", "x", "t") and m.output_names == ("out_0", "out_1")
     got = m(p["w"], x, t)
     want = jax.jit(f)(p, x, t)
@@ -204,12 +204,12 @@ def test_a_tampered_or_partial_aimodel_is_a_package_error_not_a_crash(tmp_path):
         f.seek(40)
         f.write(b"\xff\xfe")
     with pytest.raises(rlxjax.PackageError, match="does not match main.hash"):
-        rlxjax.load(path)
+        rlxjax.load(path, flat=True)
     os.remove(os.path.join(path, "main.hash"))
     with pytest.raises(rlxjax.PackageError, match=r"lacks \['main.hash'\]"):
-        rlxjax.load(path)
+        rlxjax.load(path, flat=True)
     with pytest.raises(rlxjax.PackageError, match="no such Core AI package"):
-        rlxjax.load(tmp_path / "missing.aimodel")
+        rlxjax.load(tmp_path / "missing.aimodel", flat=True)
 
 
 def test_an_adam_training_step_trains_as_jax_and_optax_do():
@@ -258,5 +258,5 @@ def test_rlxjax_compile_writes_an_aimodel_that_loads_and_runs(tmp_path, monkeypa
                                 format="aimodel")
     assert report.startswith(f"wrote {out}") and "iOS27" in report and "Core AI ops" in report
     x, w = _f32(2, 4), _f32(4, 3)
-    got = rlxjax.load(out)(x, w)["out"]
+    got = rlxjax.load(out, flat=True)(x, w)["out"]
     _close(got, np.tanh(x.astype(np.float64) @ w).astype(np.float32), atol=4 * 4 * EPS)

@@ -42,7 +42,7 @@ def test_a_prefill_decode_aimodel_generates_as_jax(tmp_path):
     dc = rlxjax.coreml_jit(lambda c, tok: kv_lm_decode(dec, params, c, tok), **kw)
     path = rlxjax.save_functions(tmp_path / "lm.aimodel", {
         "prefill": pc.lower(cache, prompt).compile(), "decode": dc.lower(cache, tok).compile()})
-    m = rlxjax.load(path)
+    m = rlxjax.load(path, flat=True)
     p, d = m.function("prefill"), m.function("decode")
     assert d.input_names == ("tok",) and d.output_names == ("out",)
     st = m.make_state()

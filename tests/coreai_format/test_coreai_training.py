@@ -70,7 +70,7 @@ def test_one_asset_trains_and_predicts_from_shared_states(tmp_path):
     folder = step.export_state(st, tmp_path / "state")
     assert sorted(os.listdir(folder)) == ["state.json", "state_f32_value.f32",
                                           "state_i32_value.i32"]
-    m = rlxjax.load(path)
+    m = rlxjax.load(path, flat=True)
     assert m.functions == ("train_step", "predict") and m.function_name == "train_step"
     assert m.input_names == ("x", "y") and m.output_names == ("out",)
     state = m.make_state(folder)
@@ -95,7 +95,7 @@ def test_an_io_asset_with_predict_takes_the_params_as_inputs(tmp_path):
     opt = optax.sgd(0.1)
     step = rlxjax.coreml_train_step(loss, opt, format="aimodel")
     st, _ = _run(step, 2)
-    m = rlxjax.load(step.save(tmp_path / "io.aimodel", predict=(predict, X[:3])))
+    m = rlxjax.load(step.save(tmp_path / "io.aimodel", predict=(predict, X[:3])), flat=True)
     pf = m.function("predict")
     assert pf.input_names == ("params_b1", "params_w1", "params_w2", "x")
     got = pf(params_b1=st.params["b1"], params_w1=st.params["w1"],

@@ -76,7 +76,7 @@ def test_ios26_package_saves_and_loads(tmp_path):
     x = np.int8([-128, -3, 5])
     c = rlxjax.coreml_jit(f, target="iOS26", backend="reference").lower(x).compile()
     path = c.save(str(tmp_path / "m.mlpackage"))
-    loaded = rlxjax.load(path, backend="reference")
+    loaded = rlxjax.load(path, backend="reference", flat=True)
     np.testing.assert_array_equal(loaded(x)["out"], np.asarray(jax.jit(f)(x)), strict=True)
 
 

@@ -50,7 +50,7 @@ def test_grad_and_loaded_package_refuse_it(tmp_path):
     compiled = rlxjax.coreml_jit(lambda x: lax.top_k(x, 2)).lower(x).compile()
     path = str(tmp_path / "topk.mlpackage")
     compiled.save(path)
-    m = rlxjax.load(path)
+    m = rlxjax.load(path, flat=True)
     with pytest.raises(rlxjax.ArgumentError, match="sign bit"):
         m(x)
     got = m(plus)

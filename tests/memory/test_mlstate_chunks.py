@@ -116,7 +116,7 @@ def test_each_chunk_is_its_own_states_written_when_encoded(monkeypatch, tmp_path
                     jax.tree_util.tree_leaves(params)):
         np.testing.assert_array_equal(_bits(a), _bits(b))
     folder = step.export_state(st, tmp_path / "init_state")
-    model = rlxjax.load(step.save(tmp_path / "train.mlpackage"), backend="reference")
+    model = rlxjax.load(step.save(tmp_path / "train.mlpackage"), backend="reference", flat=True)
     device = model.make_state()
     for name in model.state_names:
         raw = np.fromfile(os.path.join(folder, name + ".f16"), "<f2")

@@ -84,7 +84,7 @@ def test_prefill_decode_package_generates_as_jax(tmp_path):
     dc = dec.lower(cache, _tok()).compile()
     path = rlxjax.save_functions(tmp_path / "lm.mlpackage", {"prefill": pc, "decode": dc},
                                  default="decode")
-    m = rlxjax.load(path)
+    m = rlxjax.load(path, flat=True)
     assert m.functions == ("prefill", "decode")
     d, p = m.function("decode"), m.function("prefill")
     # the done-when: decode with the cache in state needs no cache input or output
@@ -169,7 +169,7 @@ def test_lora_train_prefill_decode_package_equals_jax(tmp_path):
     path = step.save(tmp_path / "lm.mlpackage", functions={
         "prefill": (lambda t, c, prompt: prefill(lora.merge(t), c, prompt), cache, PROMPT),
         "decode": (lambda t, c, tok: decode(lora.merge(t), c, tok), cache, _tok())})
-    m = rlxjax.load(path)
+    m = rlxjax.load(path, flat=True)
     assert m.functions == ("train_step", "prefill", "decode")
     state = m.make_state(step.export_state(st, tmp_path / "init"))  # cache states: zero
     pkg_losses = [float(m(x=x, y=y, state=state)["out"]) for x, y in batches[2:]]
@@ -213,7 +213,7 @@ def test_io_train_step_package_decodes_with_fed_params(tmp_path):
     st, _ = step(st, data[:, :-1], data[:, 1:])
     path = step.save(tmp_path / "io.mlpackage", functions={
         "prefill": (prefill, cache, PROMPT), "decode": (decode, cache, _tok())})
-    m = rlxjax.load(path)
+    m = rlxjax.load(path, flat=True)
     names = [f.feature for f in step._latest.layout.inputs if f.role == "param"]
     feeds = dict(zip(names, jax.tree_util.tree_leaves(st.params)))
     p, d = m.function("prefill"), m.function("decode")

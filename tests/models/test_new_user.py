@@ -143,7 +143,7 @@ def test_model_feature(model, feature, tmp_path):
         st, _ = step(st, x, Y, KEY)
         path = os.fspath(tmp_path / "app.mlpackage")
         step.save(path, predict=(predict, x))
-        m = rlxjax.load(path, function="predict")
+        m = rlxjax.load(path, function="predict", flat=True)
         s = m.make_state(step.export_state(st, tmp_path / "init_state"))
         close(m(x, state=s)["out"], predict(step.params(st), x))
 
@@ -188,6 +188,6 @@ def test_make_state_from_a_folder_that_is_not_an_export(tmp_path):
     step.init(p, x, Y)
     path = os.fspath(tmp_path / "train.mlpackage")
     step.save(path)
-    m = rlxjax.load(path)
+    m = rlxjax.load(path, flat=True)
     with pytest.raises(rlxjax.ArgumentError, match="export_state"):
         m.make_state(tmp_path)

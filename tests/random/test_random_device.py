@@ -396,6 +396,6 @@ def test_the_saved_package_holds_core_ml_random_ops_and_runs(tmp_path):
     validate_model(spec, os.path.join(path, "Data", "com.apple.CoreML", "weights"))
     meta = json.loads(spec.description.metadata.userDefined["rlxjax.random"])
     assert [d["op"] for d in meta["draws"]] == ["random_bernoulli", "random_normal"]
-    loaded = rlxjax.load(path, backend=TEST_BACKEND)
+    loaded = rlxjax.load(path, backend=TEST_BACKEND, flat=True)
     a, b = (next(iter(loaded(x=x).values())) for _ in range(2))
     assert (a != b).any() and abs((np.abs(a) > 1).mean() - 0.5) < 5 * np.sqrt(0.25 / 512)

@@ -157,7 +157,7 @@ def test_mlstate_training_step_with_states(tmp_path):
     step = rlxjax.coreml_train_step(loss, optax.adam(1e-2), state="mlstate", backend="reference")
     st = step.init(params, *batch)
     folder = step.export_state(st, tmp_path / "state")
-    model = rlxjax.load(step.save(tmp_path / "train.mlpackage"), backend="reference")
+    model = rlxjax.load(step.save(tmp_path / "train.mlpackage"), backend="reference", flat=True)
     oracle, fast = _both(model.spec, model.weights_dir)
     states = []
     for prog in (oracle, fast):

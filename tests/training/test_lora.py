@@ -318,7 +318,7 @@ def test_a_lora_package_trains_and_predicts_with_one_state(tmp_path):
     path = step.save(tmp_path / "lora.mlpackage", predict=(fn, xq))
     ct.models.MLModel(path, skip_model_load=True, function_name="predict")  # the loader
 
-    m = rlxjax.load(path, backend="reference")
+    m = rlxjax.load(path, backend="reference", flat=True)
     assert m.functions == ("train_step", "predict")
     folder = step.export_state(st, tmp_path / "state")
     state = m.make_state()

@@ -147,7 +147,7 @@ def test_train_then_predict_with_one_state(package):
     mode, step, st, path, out = package
     batches = [(X, Y)] * STEPS
     want_params, want_losses = jax_loop(loss, optax.adam(1e-2), PARAMS, (X, Y), STEPS)
-    m = rlxjax.load(path)
+    m = rlxjax.load(path, flat=True)
     assert m.functions == ("train_step", "predict") and m.function_name == "train_step"
     if mode == "mlstate":
         folder = step.export_state(st, out / "init_state")     # what an app ships
@@ -157,7 +157,7 @@ def test_train_then_predict_with_one_state(package):
             state.write_state(row["name"], raw)
         losses = [float(m(x, y, state=state)["out"]) for x, y in batches]
         pred = m.function("predict")(XQ, state=state)
-        again = rlxjax.load(path, function="predict")
+        again = rlxjax.load(path, function="predict", flat=True)
         assert again.function_name == "predict" and again.state_names == m.state_names
         # the params as the states hold them (the codec is exact): what predict must use
         pieces = {n: state.read_state(n) for n in m.state_names}
@@ -218,11 +218,11 @@ def test_errors():
 def test_function_argument_errors(package, tmp_path):
     _, step, _, path, _ = package
     with pytest.raises(rlxjax.errors.ArgumentError, match="none of them"):
-        rlxjax.load(path, function="nope")
+        rlxjax.load(path, function="nope", flat=True)
     single = step.save(tmp_path / "single.mlpackage")
     with pytest.raises(rlxjax.errors.ArgumentError, match="single-function"):
-        rlxjax.load(single, function="predict")
-    assert rlxjax.load(single, function="main").functions == ("main",)
+        rlxjax.load(single, function="predict", flat=True)
+    assert rlxjax.load(single, function="main", flat=True).functions == ("main",)
 
 
 def test_state_sharing_is_per_load_and_fast_backend_agrees(package):
@@ -235,7 +235,7 @@ def test_state_sharing_is_per_load_and_fast_backend_agrees(package):
     rng = np.random.default_rng(3)
     outs = []
     for backend in ("reference", "reference-fast"):
-        m = rlxjax.load(path, backend=backend)
+        m = rlxjax.load(path, backend=backend, flat=True)
         st = m.make_state()
         for n in m.state_names:  # any exact encoding of some weights
             st.write_state(n, np.round(rng.uniform(-50, 50, st.read_state(n).shape))
@@ -243,7 +243,7 @@ def test_state_sharing_is_per_load_and_fast_backend_agrees(package):
                            np.full(st.read_state(n).shape, 190, np.float16))
         rng = np.random.default_rng(3)
         outs.append((m(x=X, y=Y, state=st)["out"], m.run("predict", x=XQ, state=st)["out"]))
-        other = rlxjax.load(path, backend=backend)
+        other = rlxjax.load(path, backend=backend, flat=True)
         with pytest.raises(rlxjax.errors.ArgumentError, match="another loaded package"):
             other.function("predict")(x=XQ, state=st)
     for a, b in zip(*outs):
@@ -285,7 +285,7 @@ def test_trainable_step_predicts_with_its_frozen_compressed_base(mode, tmp_path)
         st, _ = step(st, X, Y)
     path = step.save(tmp_path / "m.mlpackage", predict=(fn, XQ))
     want = np.asarray(fn(step.params(st), XQ))
-    m = rlxjax.load(path, function="predict")
+    m = rlxjax.load(path, function="predict", flat=True)
     if mode == "mlstate":
         folder = step.export_state(st, tmp_path / "state")
         state = m.make_state()

@@ -155,7 +155,7 @@ def test_structure_metadata_save_and_export(tmp_path):
     text = describe(path)  # `rlxjax inspect` lists the states with their roles
     assert "  states (6):" in text and "[f32_exp]" in text and "[i32_lo]" in text
     assert f"float16[{n_f32}]" in text and "updated in place" in text
-    loaded = rlxjax.load(path)
+    loaded = rlxjax.load(path, flat=True)
     assert loaded.spec.description.state == c.spec.description.state
     assert loaded.input_names == ("x", "y")
     # coremltools' own backend, given the program its loader rebuilt, declares the same
@@ -299,7 +299,7 @@ def test_saved_stateful_package_runs_through_rlxjax_load(tmp_path):
     step = rlxjax.coreml_train_step(loss, optax.sgd(0.1), state="mlstate", backend="reference")
     st = step.init(params, *batch)
     folder = step.export_state(st, tmp_path / "init_state")
-    model = rlxjax.load(step.save(tmp_path / "train.mlpackage"), backend="reference")
+    model = rlxjax.load(step.save(tmp_path / "train.mlpackage"), backend="reference", flat=True)
     with pytest.raises(rlxjax.ArgumentError, match="state=model.make_state"):
         model(*batch)
     device = model.make_state()
