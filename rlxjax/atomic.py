@@ -90,6 +90,20 @@ def _fsync_dir(folder: str) -> None:
 
 
 # -- files ------------------------------------------------------------------------------
+def _umask() -> int:
+    """The process's umask (read without changing it where the system says it: Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (as the standard library does)
+    os.umask(mask)
+    return mask
+
+
 def write_file(path, write: Callable[[BinaryIO], None]) -> str:
     """Write ``path`` through ``write(file)`` atomically: a staging file in the same folder,
     fsynced, then renamed over ``path``. Returns the absolute path."""
@@ -98,6 +112,8 @@ def write_file(path, write: Callable[[BinaryIO], None]) -> str:
     remove_stale_staging(folder)
     fd, tmp = tempfile.mkstemp(prefix=staging_prefix(), dir=folder)
     try:
+        # mkstemp makes the file 0600; the file written is the user's, as open() makes it
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -109,6 +125,21 @@ def write_file(path, write: Callable[[BinaryIO], None]) -> str:
         raise
     _fsync_dir(folder)
     return path
+
+
+def user_modes(root: str) -> None:
+    """Give every file and folder under ``root`` the mode ``open`` / ``mkdir`` give under
+    the user's umask: the libraries that write packages stage some files through
+    ``mkstemp`` (0600: coremltools' ``model.mlmodel``)."""
+    mask = _umask()
+    os.chmod(root, 0o777 & ~mask)
+    for folder, dirs, files in os.walk(root):
+        for d in dirs:
+            os.chmod(os.path.join(folder, d), 0o777 & ~mask)
+        for f in files:
+            p = os.path.join(folder, f)
+            if not os.path.islink(p):
+                os.chmod(p, 0o666 & ~mask)
 
 
 def write_bytes(path, data: bytes) -> str:
@@ -184,5 +215,6 @@ def write_package(path, suffix: str, kind: str, write: Callable[[str], None]) ->
     with staging_dir(os.path.dirname(path)) as tmp_root:
         staged = os.path.join(tmp_root, "staged" + suffix)
         write(staged)
+        user_modes(staged)
         replace_dir(staged, path)
     return path

@@ -145,7 +145,7 @@ def _coreai_run(params, opt, batches, steps, out_dir, progress, x_te):
                      predict=(predict, batches[0][0][:1]))
     n_ops = sum(op.type != "constant" for op in step.last_compiled.executable.operations())
     folder = step.export_state(state, os.path.join(out_dir, "train_step.aimodel.state"))
-    app = load(path)
+    app = load(path, flat=True)
     states = app.make_state(folder)
     probs = np.concatenate([app.run("predict", x=x_te[i:i + 1], state=states)["out"]
                             for i in range(len(x_te))])
@@ -153,25 +153,53 @@ def _coreai_run(params, opt, batches, steps, out_dir, progress, x_te):
             "state_folder": folder}
 
 
-def _plot(path, rlx_losses, jax_losses, coreai_losses=None):
-    """Write the loss curves; matplotlib is optional. Returns (path or None, reason)."""
+def _figure(plt, rlx_losses, jax_losses, coreai_losses=None, accuracy=None):
+    """The loss curves and, beside them, the held-out accuracy of each run."""
+    runs = [("JAX + optax", jax_losses, dict(linewidth=3, alpha=0.5)),
+            ("rlxjax ML Program (reference backend)", rlx_losses, dict(linewidth=1))]
+    if coreai_losses is not None:
+        runs.append(("rlxjax .aimodel on Apple's Core AI runtime", coreai_losses,
+                     dict(linewidth=1, linestyle="--")))
+    fig, axes = plt.subplots(1, 2 if accuracy else 1, figsize=(10 if accuracy else 6, 4),
+                             squeeze=False, gridspec_kw={"width_ratios": [2, 1]}
+                             if accuracy else None)
+    ax = axes[0][0]
+    for label, losses, style in runs:
+        ax.plot(losses, label=label, **style)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy")
+    ax.set_yscale("log")
+    ax.set_title("training loss")
+    ax.legend()
+    title = f"digits classifier: final loss {rlx_losses[-1]:.4g} (JAX {jax_losses[-1]:.4g})"
+    if accuracy:
+        acc = axes[0][1]
+        names = list(accuracy)
+        bars = acc.bar(range(len(names)), [accuracy[n] for n in names],
+                       color=["C0", "C1", "C2"][:len(names)])
+        acc.set_xticks(range(len(names)), names)
+        acc.set_ylim(0, 1)
+        acc.set_ylabel("held-out accuracy")
+        acc.set_title("held-out accuracy")
+        for b, n in zip(bars, names):
+            acc.annotate(f"{accuracy[n]:.1%}", (b.get_x() + b.get_width() / 2, accuracy[n]),
+                         ha="center", va="bottom")
+        title += ", held-out accuracy " + ", ".join(f"{n} {a:.1%}" for n, a in accuracy.items())
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _plot(path, rlx_losses, jax_losses, coreai_losses=None, accuracy=None):
+    """Write the loss curves, titled, with the held-out ``accuracy`` ({run: fraction})
+    beside them; matplotlib is optional. Returns (path or None, reason)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except Exception as e:  # ImportError, or a broken install
         return None, f"matplotlib is not importable ({type(e).__name__}: {e})"
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(jax_losses, label="JAX + optax", linewidth=3, alpha=0.5)
-    ax.plot(rlx_losses, label="rlxjax ML Program (reference backend)", linewidth=1)
-    if coreai_losses is not None:
-        ax.plot(coreai_losses, label="rlxjax .aimodel on Apple's Core AI runtime",
-                linewidth=1, linestyle="--")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy")
-    ax.set_yscale("log")
-    ax.legend()
-    fig.tight_layout()
+    fig = _figure(plt, rlx_losses, jax_losses, coreai_losses, accuracy)
     fig.savefig(path)
     plt.close(fig)
     return path, ""
@@ -202,7 +230,7 @@ def run(out_dir: str = "out", steps: int = DEFAULT_STEPS, target: str = "iOS17",
     params = init_params(jax.random.PRNGKey(0))
     opt = optax.adam(LEARNING_RATE)
     step = coreml_train_step(loss_fn, opt, target=target, backend=backend)
-    state = step.init(params)
+    state = step.init(params, *batches[0])  # compiles for the batch shapes: save works now
     print(f"training through the compiled ML Program ({target}, backend: {backend_name})")
     t0 = time.perf_counter()
     state, rlx_losses = step.fit(state, batches, steps=steps, progress=progress)
@@ -256,8 +284,11 @@ def run(out_dir: str = "out", steps: int = DEFAULT_STEPS, target: str = "iOS17",
         print(f"saved {ai['path']}  (the Core AI program: train_step and predict over one set "
               f"of Core AI states; their trained values in {ai['state_folder']}, which the "
               "held-out accuracy above was predicted from by the loaded asset)")
+    accuracy = {"JAX": acc_jax, "ML Program": acc_rlx}
+    if ai is not None:
+        accuracy["Core AI"] = ai["acc"]
     plot, why = _plot(os.path.join(out_dir, "loss.png"), rlx_losses, jax_losses,
-                      None if ai is None else ai["losses"])
+                      None if ai is None else ai["losses"], accuracy)
     print(f"saved {os.path.abspath(plot)}  (loss curves)" if plot else
           f"loss plot skipped: {why}; pip install matplotlib to get {out_dir}/loss.png")
     wall = time.perf_counter() - t_start

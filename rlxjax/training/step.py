@@ -216,8 +216,10 @@ class TrainStep(CoreMLFunction):
         their ``cache`` (argument ``state``: a name or fn's position, default 1) in device
         state as ``coreml_jit(fn, state=...)`` keeps it (training/functions.py)."""
         if self._latest is None:
-            raise RlxError("nothing compiled yet: call the step once (or step.lower(...)) "
-                           "so that the batch shapes are known, then save")
+            raise RlxError("nothing to save yet: the program is compiled for a batch's shapes, "
+                           "and none was given; pass an example batch to init "
+                           "(st = step.init(params, x, y), which compiles) or call the step "
+                           "once, then save")
         if functions is not None:
             if predict is not None:
                 raise ArgumentError("pass predict= or functions=, not both")
