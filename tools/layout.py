@@ -1,4 +1,4 @@
-"""Write README.md's Layout section from the tree.
+"""Write the Layout page (docs/layout.md, on the documentation site) from the tree.
 
     python tools/layout.py            # print the section
     python tools/layout.py --check    # exit 1 when README.md's section differs (prints a diff)
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
     mode.add_argument("--check", action="store_true",
                       help="exit 1 when README.md's Layout section differs from the tree")
     mode.add_argument("--write", action="store_true", help="rewrite README.md's section in place")
-    ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"),
-                    help="the README to check or write (default: the repository's)")
+    ap.add_argument("--readme", default=os.path.join(ROOT, "docs", "layout.md"),
+                    help="the page to check or write (default: docs/layout.md)")
     args = ap.parse_args(argv)
     try:
         want = section()
