@@ -172,7 +172,7 @@ rlxjax_command(["inspect", "out/digits.mlpackage"]);
 # The exported package runs anywhere rlxjax or Core ML runs; `rlxjax.load` reads it back:
 
 # %%
-digits = rlxjax.load("out/digits.mlpackage")
+digits = rlxjax.load("out/digits.mlpackage", flat=True)
 print(digits)
 probs = np.concatenate([digits(x_test[i:i + 1])["out"] for i in range(10)])
 fig, axes = plt.subplots(1, 10, figsize=(10, 1.4))
@@ -190,7 +190,7 @@ plt.show()
 # `new_*` output, the input it `feeds` on the next call:
 
 # %%
-meta = json.loads(rlxjax.load(train_path).spec.description.metadata.userDefined["rlxjax.train"])
+meta = json.loads(rlxjax.load(train_path, flat=True).spec.description.metadata.userDefined["rlxjax.train"])
 rows = meta["inputs"] + meta["outputs"]
 for role in ("param", "opt_state", "batch", "loss", "new_param", "new_opt_state"):
     print(f"{role:14s} {sum(r['role'] == role for r in rows):3d} features")

@@ -287,7 +287,7 @@ def predict(p, tokens):
 fresh = step.init(full, shifted[0])    # the untrained adapters
 path = step.save("out/lm_lora.mlpackage", predict=(predict, x_query))
 folder = step.export_state(fresh, "out/initial_state")   # the files an app ships
-m = rlxjax.load(path)
+m = rlxjax.load(path, flat=True)
 print(m.functions, "default:", m.function_name)
 
 shared = m.make_state()                 # one state for both functions
@@ -351,7 +351,7 @@ else:
           " int8 weights:", sum(o.type == "blockwise_shift_scale" for o in ops))
     ai_path = ai_step.save("out/lm_lora.aimodel", predict=(predict, x_query))
     ai_folder = ai_step.export_state(ai_state, "out/lm_lora.aimodel.state")
-    app = rlxjax.load(ai_path)
+    app = rlxjax.load(ai_path, flat=True)
     print(app.functions, "states:", app.state_names)
     ai_pred = app.run("predict", x_query, state=app.make_state(ai_folder))["out"]
     print("predicted on Core AI:", text(ai_pred[0]))
