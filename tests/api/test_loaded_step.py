@@ -29,15 +29,15 @@ def loss(p, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(x @ p["w"] + p["b"], y).mean()
 
 
-def _formats():
-    out = ["mlpackage"]
+def _formats(slow_aimodel: bool = True):
+    """Both formats; the Core AI case -m slow unless ``slow_aimodel`` is False (one Core AI
+    case of each kind runs by default: its worker compiles take ~10 s each)."""
     try:
         import coreai.authoring  # noqa: F401
-        out.append("aimodel")
+        marks = [pytest.mark.slow] if slow_aimodel else []
     except ImportError:
-        out.append(pytest.param("aimodel", marks=pytest.mark.skip(
-            reason="format='aimodel' needs coreai-core (rlxjax[coreai])")))
-    return out
+        marks = [pytest.mark.skip(reason="format='aimodel' needs coreai-core (rlxjax[coreai])")]
+    return ["mlpackage", pytest.param("aimodel", marks=marks)]
 
 
 def _jax_steps(params, batches):
@@ -58,8 +58,10 @@ def _equal(a, b):
         np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
 
 
-@pytest.mark.parametrize("fmt", _formats())
-@pytest.mark.parametrize("mode", ["io", "mlstate"])
+@pytest.mark.parametrize("fmt,mode", [("mlpackage", "io"), ("mlpackage", "mlstate"),
+                                      *[pytest.param("aimodel", m, marks=p.marks) for m, p in
+                                        (("io", _formats()[1]),
+                                         ("mlstate", _formats(slow_aimodel=False)[1]))]])
 def test_a_reloaded_step_continues_training_as_the_step_and_jax(tmp_path, fmt, mode):
     step = rlxjax.coreml_train_step(loss, OPT, state=mode, format=fmt)
     st = step.init(P, *BATCHES[0])
@@ -172,6 +174,32 @@ def test_a_train_and_predict_package(tmp_path, mode):
 
 
 def test_generate_over_prefill_and_decode(tmp_path):
+    """A bigram table as the model, its last token as the cache: greedy tokens as JAX's."""
+    table = jnp.asarray(RNG.standard_normal((7, 7)).astype(np.float32))
+    cache = {"last": np.zeros((1,), np.int32)}
+
+    def prefill(cache, prompt):
+        return table[prompt[:, -1]], {"last": prompt[:, -1]}
+
+    def decode(cache, tok):
+        return table[tok[:, 0]] + 0.1 * table[cache["last"]], {"last": tok[:, 0]}
+
+    prompt, tok = np.array([[3, 1, 4]], np.int32), np.zeros((1, 1), np.int32)
+    pc = rlxjax.coreml_jit(prefill, state=0).lower(cache, prompt).compile()
+    dc = rlxjax.coreml_jit(decode, state=0).lower(cache, tok).compile()
+    got = rlxjax.load(rlxjax.save_functions(tmp_path / "bigram.mlpackage",
+                                            {"prefill": pc, "decode": dc})).generate(prompt, 8)
+    logits, c = jax.jit(prefill)(cache, prompt)
+    want = []
+    for _ in range(8):
+        t = jnp.argmax(logits, -1).astype(jnp.int32)
+        want.append(int(t[0]))
+        logits, c = jax.jit(decode)(c, t[:, None])
+    assert got == want and len(set(want)) > 1
+
+
+@pytest.mark.slow
+def test_generate_over_a_kv_cache_lm(tmp_path):
     from models import KVLM, kv_lm_decode, kv_lm_init, kv_lm_prefill
 
     model, dec = KVLM(), KVLM(decode=True)
