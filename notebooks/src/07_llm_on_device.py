@@ -189,7 +189,7 @@ t0 = time.perf_counter()
 path = step.save("out/lm.mlpackage", functions={"prefill": (prefill, cache, prompt),
                                                 "decode": (decode, cache, tok)})
 print(f"saved in {time.perf_counter() - t0:.1f} s")
-m = rlxjax.load(path)
+m = rlxjax.load(path, flat=True)
 for name in m.functions:
     f = m.function(name)
     print(f"{name:10s} inputs {list(f.input_names)}  outputs {list(f.output_names)}")
@@ -239,7 +239,7 @@ print(f"decode step on the reference backend: {1 / np.median(times):.0f} tokens/
 # identical bits. On a Mac, `backend="coreml"` runs it on Core ML itself.
 
 # %%
-fast = rlxjax.load(path, backend="reference-fast")
+fast = rlxjax.load(path, backend="reference-fast", flat=True)
 st_fast = fast.make_state(step.export_state(state, "out/init_state"))
 logits = fast.function("prefill")(prompt, state=st_fast)["out"]
 fast_times, fast_generated = [], []
