@@ -163,7 +163,15 @@ class _LoadedDevice:
 
 
 class LoadedTrainStep(_Wrapper):
-    """A loaded training step: ``loaded(state, *batch) -> (state, loss)`` as the step."""
+    """A loaded training step: ``loaded(state, *batch) -> (state, loss)`` as the step
+    (``(state, loss, aux)`` with ``has_aux``: aux in the structure its output names spell).
+    Called without a TrainState first, it is the flat form (``.flat``): inputs by feature
+    name or in order, a dict of outputs by feature name.
+
+    ``train`` is the package's ``rlxjax.train`` metadata: every feature with its role
+    (``param``, ``opt_state``, ``batch``, ``random``; ``loss``, ``aux``, ``new_param``,
+    ``new_opt_state``, each ``new_*`` naming the input it ``feeds``), and for
+    ``state="mlstate"`` the states and where each leaf lives in them."""
 
     def __init__(self, flat):
         super().__init__(flat)
@@ -187,6 +195,11 @@ class LoadedTrainStep(_Wrapper):
                                     "with a TrainState (loaded.init(params, optimizer))")
             return self.flat(*args, **kwargs)   # the flat form (feature names / leaves)
         state, batch = args[0], args[1:]
+        if isinstance(metadata.read(self.flat._meta, metadata.RANDOM), list):
+            raise ArgumentError(f"{self.flat.path} draws its randomness on the host "
+                                "(random='inputs'): call it through .flat with the random "
+                                "inputs it lists (rlxjax.random metadata), or compile the "
+                                "step with random='device'")
         if kwargs:
             raise ArgumentError("pass the batch positionally, as to the step")
         batch_leaves = jax.tree_util.tree_leaves(batch)

@@ -80,7 +80,7 @@ def from_names(names: Sequence[str], leaves: Sequence, prefix: str = "out") -> A
         return leaves[0]
     root: dict = {}
     for name, leaf in zip(names, leaves):
-        parts = name.split(".")[1:] if name.startswith(prefix + ".") else [name]
+        parts = name[len(prefix) + 1:].split(".") if name.startswith(prefix + ".") else [name]
         node = root
         for p in parts[:-1]:
             node = node.setdefault(p, {})

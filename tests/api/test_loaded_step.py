@@ -217,3 +217,27 @@ def test_generate_over_a_kv_cache_lm(tmp_path):
         want.append(int(t[0]))
         logits, c = jax.jit(lambda c, t: kv_lm_decode(dec, params, c, t))(c, t[:, None])
     assert got == want
+
+
+def test_aux_comes_back_in_its_structure_and_host_randomness_is_named(tmp_path):
+    def aux_loss(p, x, y):
+        logits = x @ p["w"] + p["b"]
+        return loss(p, x, y), {"max": jnp.max(logits), "pair": (jnp.sum(logits), logits[0])}
+
+    step = rlxjax.coreml_train_step(aux_loss, optax.sgd(0.1), has_aux=True)
+    st = step.init(P, *BATCHES[0])
+    loaded = rlxjax.load(step.save(tmp_path / "aux.mlpackage"))
+    got, want = loaded(st, *BATCHES[0]), step(st, *BATCHES[0])
+    assert jax.tree.structure(got[2]) == jax.tree.structure(want[2])
+    for g, w in zip(jax.tree.leaves(got[1:]), jax.tree.leaves(want[1:])):
+        np.testing.assert_array_equal(g, w)
+
+    def noisy(p, x, y, key):
+        x = x + 0.1 * jax.random.normal(key, x.shape)
+        return loss(p, x, y)
+
+    step = rlxjax.coreml_train_step(noisy, optax.sgd(0.1), random="inputs")
+    st = step.init(P, *BATCHES[0], jax.random.key(0))
+    loaded = rlxjax.load(step.save(tmp_path / "noisy.mlpackage"))
+    with pytest.raises(rlxjax.ArgumentError, match="random='inputs'"):
+        loaded(st, *BATCHES[0], jax.random.key(1))
