@@ -37,8 +37,8 @@ def _has_coreai():
 
 
 @pytest.mark.parametrize("mask,fmt", [(0o022, "mlpackage"), (0o077, "mlpackage"),
-                                      pytest.param(0o022, "aimodel", marks=pytest.mark.skipif(
-                                          not _has_coreai(), reason="needs rlxjax[coreai]"))])
+                                      pytest.param(0o022, "aimodel", marks=[pytest.mark.slow, pytest.mark.skipif(
+                                          not _has_coreai(), reason="needs rlxjax[coreai]")])])
 def test_written_files_follow_the_umask(tmp_path, mask, fmt):
     old = os.umask(mask)
     try:
