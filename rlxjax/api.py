@@ -9,13 +9,13 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-from . import calling, flexible, formats, metadata, stateful
+from . import calling, flexible, formats, stateful
 from .errors import ArgumentError, ZeroSizeError
 from .frontend import Traced, arg_names, trace
 from .frontend.zerosize import interleave
 from .ir import Graph
 from .program import Program
-from .pytree_json import needs_saving
+from .pytree_json import record_tree
 from .formats.backends import resolve_backend
 from .signature import IOSpec
 from .transforms import pipeline
@@ -186,12 +186,7 @@ class Compiled:
                 "every output of this program is zero-size (known from its shape), so it "
                 "computes nothing, and a Core ML package needs at least one output: there "
                 "is nothing to save")
-        if metadata.TRAIN not in self.metadata and \
-                self._traced.out_tree.num_leaves == len(self.output_specs) + len(
-                    self._traced.empty_out):
-            tree = needs_saving(self._traced.out_tree)  # so rlxjax.load returns JAX's pytree
-            if tree is not None:
-                metadata.write(self.metadata, metadata.TREE, tree)
+        record_tree(self)  # where the names do not spell it: rlxjax.load returns JAX's pytree
         return self.executable.save(path)
 
     def validate(self):

@@ -112,3 +112,18 @@ def needs_saving(treedef) -> Optional[Any]:
         return desc
     again = from_names(names, list(range(len(names))))
     return None if describe(jax.tree_util.tree_structure(again)) == desc else desc
+
+
+def record_tree(compiled) -> None:
+    """Write ``compiled``'s output structure into its metadata (``rlxjax.tree``) where its
+    output names do not spell it (``needs_saving``); not for a training step (its TrainState
+    gives the structure) nor a program whose outputs the host completes (random draws)."""
+    from . import metadata
+
+    traced = compiled._traced  # noqa: SLF001 - the program's own pytree structures
+    if metadata.TRAIN in compiled.metadata or traced.out_tree.num_leaves != len(
+            compiled.output_specs) + len(traced.empty_out):
+        return
+    desc = needs_saving(traced.out_tree)
+    if desc is not None:
+        metadata.write(compiled.metadata, metadata.TREE, desc)
