@@ -160,10 +160,11 @@ def _figure(plt, rlx_losses, jax_losses, coreai_losses=None, accuracy=None):
     if coreai_losses is not None:
         runs.append(("rlxjax .aimodel on Apple's Core AI runtime", coreai_losses,
                      dict(linewidth=1, linestyle="--")))
-    fig, axes = plt.subplots(1, 2 if accuracy else 1, figsize=(10 if accuracy else 6, 4),
-                             squeeze=False, gridspec_kw={"width_ratios": [2, 1]}
-                             if accuracy else None)
-    ax = axes[0][0]
+    if accuracy:
+        fig, (ax, acc) = plt.subplots(1, 2, figsize=(10, 4),
+                                      gridspec_kw={"width_ratios": [2, 1]})
+    else:
+        fig, ax = plt.subplots(figsize=(6, 4))
     for label, losses, style in runs:
         ax.plot(losses, label=label, **style)
     ax.set_xlabel("step")
@@ -173,19 +174,18 @@ def _figure(plt, rlx_losses, jax_losses, coreai_losses=None, accuracy=None):
     ax.legend()
     title = f"digits classifier: final loss {rlx_losses[-1]:.4g} (JAX {jax_losses[-1]:.4g})"
     if accuracy:
-        acc = axes[0][1]
         names = list(accuracy)
         bars = acc.bar(range(len(names)), [accuracy[n] for n in names],
                        color=["C0", "C1", "C2"][:len(names)])
         acc.set_xticks(range(len(names)), names)
-        acc.set_ylim(0, 1)
+        acc.set_ylim(0, 1.1)
         acc.set_ylabel("held-out accuracy")
         acc.set_title("held-out accuracy")
         for b, n in zip(bars, names):
             acc.annotate(f"{accuracy[n]:.1%}", (b.get_x() + b.get_width() / 2, accuracy[n]),
                          ha="center", va="bottom")
-        title += ", held-out accuracy " + ", ".join(f"{n} {a:.1%}" for n, a in accuracy.items())
-    fig.suptitle(title)
+        title += "\nheld-out accuracy " + ", ".join(f"{n} {a:.1%}" for n, a in accuracy.items())
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
 
