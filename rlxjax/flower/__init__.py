@@ -14,8 +14,8 @@ is a BackendUnavailableError naming the extra.
 * ``secagg.py``  the SecAgg+ workflow (Flower's legacy message layout) with the same client
 * ``data.py``    non-IID partitions of in-memory data with flwr-datasets' partitioners
 
-The message contract (what an iOS client must speak) is in the README ("Federated
-fine-tuning on Flower").
+The message contract (what an iOS client must speak) is in the documentation site,
+docs/reference/federated.md ("Federated fine-tuning on Flower").
 """
 from ._flwr import require
 
