@@ -241,3 +241,38 @@ def test_aux_comes_back_in_its_structure_and_host_randomness_is_named(tmp_path):
     loaded = rlxjax.load(step.save(tmp_path / "noisy.mlpackage"))
     with pytest.raises(rlxjax.ArgumentError, match="random='inputs'"):
         loaded(st, *BATCHES[0], jax.random.key(1))
+
+
+def test_packages_of_an_earlier_main_load_as_what_saved_them():
+    """tests/fixtures/packages_*/ (written before rlxjax.tree existed): the function comes
+    back as the tuple JAX returns, the io step trains as JAX + optax, predict predicts."""
+    import glob
+    import importlib.util
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "make_compat_packages", os.path.join(here, "fixtures", "make_compat_packages.py"))
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    folders = sorted(glob.glob(os.path.join(here, "fixtures", "packages_*")))
+    assert folders
+    p, (x, y) = mk.params(), mk.batch()
+    for folder in folders:
+        fn = rlxjax.load(os.path.join(folder, "fn.mlpackage"), backend="reference")
+        got, want = fn(p, x, np.float32(0.5)), jax.jit(mk.fn)(p, x, np.float32(0.5))
+        assert isinstance(got, tuple) and len(got) == 4
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64),
+                                       rtol=2e-5, atol=2e-6)
+        step = rlxjax.load(os.path.join(folder, "train_predict.mlpackage"), backend="reference")
+        st, v = step(step.init(p, optax.adam(1e-2)), x, y)
+        opt = optax.adam(1e-2)
+        wl, g = jax.value_and_grad(mk.loss)(p, x, y)
+        upd, _ = opt.update(g, opt.init(p), p)
+        wp = optax.apply_updates(p, upd)
+        np.testing.assert_allclose(v, wl, rtol=2e-5, atol=2e-6)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6),
+                     st.params, wp)
+        np.testing.assert_allclose(step.function("predict")(st.params, x),
+                                   mk.predict(wp, x), rtol=2e-5, atol=2e-6)
