@@ -4,12 +4,14 @@ Loads the asset once, then answers the requests of the rlxjax process that start
 (worker.py ``Session``) until that process closes the request pipe (or dies): each request
 and its reply are small pickled tuples on the two pipes ``RFD`` / ``WFD``, carrying the
 request's id; arrays travel through shared memory (shm.py): the inputs are read from the
-rlxjax process's arena, the outputs written into this process's (``<PREFIX>out-<n>``).
+rlxjax process's arena, the outputs written into this process's (``<PREFIX>out<pid>-<n>``),
+each big one into a file of its own that the result array maps (shm.Leases).
 
 Requests: ``("call", id, function, input places, state id or None, state version)``,
 ``("state", id, state id, snapshot path, specs, {name: version})`` (load states of a set from
 its snapshot: a new state, a state written by the rlxjax process, or the states of a worker
-that died), ``("ping", id)``; a 7th field lists state ids to forget. Replies:
+that died), ``("ping", id)``; a 7th field lists state ids to forget and the big outputs'
+files the rlxjax process no longer uses (shm.Leases). Replies:
 ``(id, "ok", value)`` or ``(id, "error", message)``. After a call that changes states, they
 are copied into their snapshot before the reply, so the rlxjax process can always read the
 last completed call's states; a call that fails is undone from the snapshot.
@@ -62,7 +64,9 @@ class Worker:
         from . import ca_private
 
         self.ca, self.model = ca_private, model
-        self.inputs, self.out = shm.Mapped(), shm.Arena(prefix, "out")
+        # named with this process's id: a later worker's files never take these names
+        self.inputs, self.out = shm.Mapped(), shm.Arena(prefix, f"out{os.getpid()}")
+        self.big = shm.Leases(prefix, f"outbig{os.getpid()}")
         self.functions = {}
         self.states = {}     # state id -> {name: runtime array}
         self.snapshots = {}  # state id -> [Snapshot, {name: version of the live state}]
@@ -99,7 +103,10 @@ class Worker:
             for k, v in self.states[sid].items():
                 snap.write(k, self.ca.from_runtime(v), version, acked[k])
             acked.update(dict.fromkeys(acked, version))
-        return self.out.put({k: self.ca.from_runtime(v) for k, v in out.items()})
+        values = {k: self.ca.from_runtime(v) for k, v in out.items()}
+        places = self.out.put({k: v for k, v in values.items() if v.nbytes < shm.BIG})
+        places.update({k: self.big.put(v) for k, v in values.items() if v.nbytes >= shm.BIG})
+        return places
 
     def load_states(self, sid, versions) -> None:
         """Load states ``{name: version}`` of set ``sid`` from its snapshot."""
@@ -128,7 +135,9 @@ async def _serve(path: str, prefix: str, rfd: int, wfd: int) -> None:
                 return
             rid = req[1]
             if len(req) > 6 and req[6]:
-                worker.forget(req[6])
+                forget, returned = req[6]
+                worker.forget(forget)
+                worker.big.returned(returned)
             try:
                 reply = (rid, "ok", await worker.handle(req))
             except Exception as e:  # noqa: BLE001 - reported to the caller, who raises

@@ -25,12 +25,13 @@ import mmap
 import os
 import secrets
 import tempfile
-from typing import Dict, Iterable, Tuple
+import weakref
+from typing import Callable, Dict, Iterable, Tuple
 
 import numpy as np
 
 ALIGN = 64
-#: (file name, offset, shape, dtype name) of an array in an arena
+#: (file name, offset, shape, numpy dtype string) of an array in an arena
 Place = Tuple[str, int, Tuple[int, ...], str]
 
 
@@ -48,13 +49,14 @@ def _up(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def _map(path: str, size: int = 0) -> mmap.mmap:
+def _map(path: str, size: int = 0, populate: bool = False) -> mmap.mmap:
     flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if size else 0)
     fd = os.open(path, flags, 0o600)
     try:
         if size:
             os.ftruncate(fd, size)
-        return mmap.mmap(fd, 0)
+        extra = getattr(mmap, "MAP_POPULATE", 0) if populate else 0
+        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | extra)
     finally:
         os.close(fd)
 
@@ -120,13 +122,67 @@ class Arena:
         for k, a in arrays.items():
             view = np.ndarray(a.shape, a.dtype, buffer=self.map, offset=offsets[k])
             np.copyto(view, a, casting="no")
-            out[k] = (self.name, offsets[k], tuple(a.shape), a.dtype.name)
+            out[k] = (self.name, offsets[k], a.shape, a.dtype.str)  # (.name costs ~10 us)
         return out
 
     def close(self) -> None:
         if self.name is not None:
             remove(os.path.join(folder(), self.name))
         self.map = self.name = None
+
+
+#: an output of at least this many bytes is handed to the caller in its own file, without a
+#: copy (``Leases``); a smaller one is copied out of the arena
+BIG = 1 << 20
+
+
+class Leases:
+    """Files holding one big output each, written by the worker and handed to the rlxjax
+    process, whose result array maps the file itself (``lease``): no copy into fresh memory
+    on that side. When the result array is gone the rlxjax process says so with its next
+    request (``free``) and the worker writes a later output into the same file, whose pages
+    are then already there (a fresh page costs more than the copy into it)."""
+
+    def __init__(self, prefix: str, kind: str):
+        self.prefix, self.kind, self.n = prefix, kind, 0
+        self.free: Dict[str, mmap.mmap] = {}
+        self.lent: Dict[str, mmap.mmap] = {}
+
+    #: files kept for reuse at most (the oldest beyond are removed: their memory is freed)
+    KEEP = 4
+
+    def returned(self, names) -> None:
+        for name in names:
+            m = self.lent.pop(name, None)
+            if m is not None:
+                self.free[name] = m
+        while len(self.free) > self.KEEP:
+            name = next(iter(self.free))
+            self.free.pop(name).close()
+            remove(os.path.join(folder(), name))
+
+    def put(self, a: np.ndarray) -> Place:
+        need = max(a.nbytes, 1)
+        fits = [k for k, m in self.free.items() if need <= len(m) <= 2 * need]
+        if fits:
+            name = fits[0]
+            m = self.free.pop(name)
+        else:
+            self.n += 1
+            name = f"{self.prefix}{self.kind}-{self.n}"
+            m = _map(os.path.join(folder(), name), need)
+        np.copyto(np.ndarray(a.shape, a.dtype, buffer=m), a, casting="no")
+        self.lent[name] = m
+        return (name, -1, a.shape, a.dtype.str)
+
+
+def lease(place: Place, returned: Callable[[str], None]) -> np.ndarray:
+    """The array of a ``Leases`` output, mapping its file; ``returned(name)`` is called once
+    the array (and every view of it) is gone."""
+    name, _, shape, dtype = place
+    m = _map(os.path.join(folder(), name), populate=True)
+    weakref.finalize(m, returned, name)
+    return np.ndarray(shape, np.dtype(dtype), buffer=m)
 
 
 class Snapshot:

@@ -84,6 +84,7 @@ class Session:
         self._states: "weakref.WeakValueDictionary[int, WorkerState]" = \
             weakref.WeakValueDictionary()
         self._forget: list = []
+        self._returned: list = []   # big outputs' files no result maps any more
         self._closed, self._dirty = False, False
         self.proc = None
         _OPEN.add(self)
@@ -149,10 +150,12 @@ class Session:
         self._rid += 1
         rid = self._rid
         forget, self._forget = self._forget, []
+        returned = self._returned[:]   # the same list: the finalizers append to it
+        del self._returned[:len(returned)]
         self._dirty = True
         try:
             write_message(self._wfd, (req[0], rid) + tuple(req[1:5]) +
-                          (None,) * (5 - len(req)) + (forget,) + tuple(req[5:]))
+                          (None,) * (5 - len(req)) + ((forget, returned),) + tuple(req[5:]))
             deadline = time.monotonic() + TIMEOUT
             while True:
                 got, status, value = self._read_message(deadline, what)
@@ -227,7 +230,8 @@ class Session:
             value = self._exchange(("call", function, places, state.id, version), what)
             state.acked = dict.fromkeys(state.acked, version)
             state.version += 1
-        return {k: np.array(self._out.view(p)) for k, p in value.items()}
+        return {k: shm.lease(p, self._returned.append) if p[1] < 0 else
+                np.array(self._out.view(p)) for k, p in value.items()}
 
     # -- states ------------------------------------------------------------------------------
     def new_state(self, arrays: Dict[str, np.ndarray]) -> "WorkerState":
