@@ -189,6 +189,26 @@ def test_a_worker_killed_in_a_state_step_keeps_the_last_completed_step():
     assert state.step == 5 and int(state.opt_state[0].count) == 5
 
 
+def test_big_results_kept_alive_stay_right_while_later_calls_run():
+    """Outputs of 1 MiB or more map their own file (shm.Leases), reused once the result is
+    gone: a result still held must never be written by a later call."""
+    from rlxjax.coreai.worker import Session
+
+    x = np.linspace(-2, 2, 1 << 19, dtype=np.float32)  # 2 MiB
+    c = rlxjax.coreml_jit(f, format="aimodel").lower(x).compile()
+    s = Session(c.executable.asset())
+    kept = [s("main", {"x": x + i})["out"] for i in range(3)]
+    for i in range(6):  # results dropped as they come: their files are reused
+        got = s("main", {"x": x * (i + 1)})["out"]
+        np.testing.assert_allclose(got, jax.jit(f)(x * (i + 1)), rtol=1e-5, atol=1e-5)
+    for i, k in enumerate(kept):
+        np.testing.assert_allclose(k, jax.jit(f)(x + i), rtol=1e-5, atol=1e-5)
+    assert len(_files(s.prefix, "out")) <= 3 + 2 + 1 + shm.Leases.KEEP
+    s.close()
+    assert not _files(s.prefix)
+    np.testing.assert_allclose(kept[0], jax.jit(f)(x), rtol=1e-5, atol=1e-5)  # still mapped
+
+
 def test_a_closed_session_leaves_no_shared_memory():
     from rlxjax.coreai.worker import Session
 
