@@ -145,8 +145,10 @@ class Session:
             self._stop()
             self._start()
 
-    def _exchange(self, req: tuple, what: str):
-        """Send ``req`` (its kind, then its fields) with a fresh id; the reply's value."""
+    def _exchange(self, req: tuple, what: str, done: bool = True):
+        """Send ``req`` (its kind, then its fields) with a fresh id; the reply's value. With
+        ``done=False`` the worker still counts as cut short until the caller says otherwise
+        (``self._dirty = False``) once it has taken the reply in."""
         self._rid += 1
         rid = self._rid
         forget, self._forget = self._forget, []
@@ -171,8 +173,9 @@ class Session:
         except BaseException:
             self._stop()   # Ctrl-C, the deadline, a death: the next request starts afresh
             raise
-        self._dirty = False
+        self._dirty = not done
         if status != "ok":
+            self._dirty = False
             raise CoreAIRuntimeError(f"the Core AI runtime failed running {what}: {value}")
         return value
 
@@ -225,13 +228,19 @@ class Session:
         places = self._in.put({k: np.asarray(v) for k, v in feeds.items()})
         if state is None:
             value = self._exchange(("call", function, places, None, None), what)
-        else:
-            version = state.next_version()
-            value = self._exchange(("call", function, places, state.id, version), what)
-            state.acked = dict.fromkeys(state.acked, version)
-            state.version += 1
-        return {k: shm.lease(p, self._returned.append) if p[1] < 0 else
-                np.array(self._out.view(p)) for k, p in value.items()}
+            return {k: shm.lease(p, self._returned.append) if p[1] < 0 else
+                    np.array(self._out.view(p)) for k, p in value.items()}
+        # until the outputs are in hand and the state's version moved on, a Ctrl-C leaves the
+        # worker marked cut short: the next request restarts it from the states as of the
+        # last completed call, undoing this call's change (the caller saw it fail)
+        version = state.next_version()
+        value = self._exchange(("call", function, places, state.id, version), what, done=False)
+        out = {k: shm.lease(p, self._returned.append) if p[1] < 0 else
+               np.array(self._out.view(p)) for k, p in value.items()}
+        state.acked = dict.fromkeys(state.acked, version)
+        state.version += 1
+        self._dirty = False
+        return out
 
     # -- states ------------------------------------------------------------------------------
     def new_state(self, arrays: Dict[str, np.ndarray]) -> "WorkerState":
