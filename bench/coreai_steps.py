@@ -98,7 +98,7 @@ def _gpt2(seq: int = 128):
         t_save = time.perf_counter() - t0
         t0 = time.perf_counter()
         session = Session(path)
-        session.request(("new_state", 0, {}), "the compile")  # answered once it is loaded
+        session.ping("the compile")  # answered once it is loaded
         t_ai = time.perf_counter() - t0
         with open(f"/proc/{session.proc.pid}/status") as f:
             rss = next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))

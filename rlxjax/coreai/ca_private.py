@@ -4,8 +4,8 @@ coreai-core is young (1.0.0b3) and its authoring API builds a graph from a Pytho
 annotations; this module pins the version it was written against, turns the missing package
 into a clear error, and offers what the lowering needs: ``build`` (a program from input and
 output specs and a body), ``save`` (an ``.aimodel`` with rlxjax's metadata as custom
-metadata) and ``serve`` (used only by worker.py, in a worker process: the runtime kills
-the process on some bad programs).
+metadata) and ``executable`` / ``to_runtime`` / ``from_runtime`` (used only by serve.py, in
+a worker process: the runtime kills the process on some bad programs).
 """
 from __future__ import annotations
 
@@ -142,53 +142,24 @@ def read_metadata(path: str) -> Dict[str, str]:
     return {k: v for k, v in meta.items() if isinstance(v, str)}
 
 
-def serve(path: str, read, write) -> None:
-    """Load the asset at ``path`` once, then answer requests until ``read()`` returns None
-    (worker.py's persistent worker, in its own process). A request is a tuple:
-    ``("call", function, feeds, state id or None)``, ``("new_state", id, {name: array})``,
-    ``("write_state", id, name, array)``, ``("read_state", id, name)``; each reply is
-    ``("ok", value)`` or ``("error", message)``. States live here, in the runtime's arrays,
-    updated in place by the calls that take them."""
-    import asyncio
+def executable(path: str):
+    """``async with executable(path) as model``: the asset at ``path`` compiled and loaded
+    on the runtime (serve.py, in the worker process only: the runtime kills the process on
+    some bad programs); ``model.load_function(name)`` gives an awaitable function of
+    ``{name: runtime array}`` (and ``state=``) returning ``{name: runtime array}``."""
+    return coreai().AIModelAsset.load(path).executable()
 
-    ca = coreai()
+
+def to_runtime(value: np.ndarray):
+    """A Core AI runtime array holding a copy of ``value``."""
     from coreai.runtime import NDArray
 
-    def nd(v):
-        return NDArray(np.ascontiguousarray(v))
+    return NDArray(np.ascontiguousarray(value))
 
-    async def go():
-        async with ca.AIModelAsset.load(path).executable() as model:
-            loaded, states = {}, {}
-            while True:
-                req = read()
-                if req is None:
-                    return
-                try:
-                    kind = req[0]
-                    if kind == "call":
-                        _, name, feeds, sid = req
-                        if name not in loaded:
-                            loaded[name] = model.load_function(name)
-                        args = {k: nd(v) for k, v in feeds.items()}
-                        out = await (loaded[name](args) if sid is None else
-                                     loaded[name](args, state=states[sid]))
-                        value = {k: np.array(v.numpy()) for k, v in out.items()}
-                    elif kind == "new_state":
-                        states[req[1]] = {k: nd(v) for k, v in req[2].items()}
-                        value = None
-                    elif kind == "write_state":
-                        states[req[1]][req[2]] = nd(req[3])
-                        value = None
-                    elif kind == "read_state":
-                        value = np.array(states[req[1]][req[2]].numpy())
-                    else:
-                        raise ValueError(f"unknown request {kind!r}")
-                    write(("ok", value))
-                except Exception as e:  # noqa: BLE001 - reported to the caller, who raises
-                    write(("error", f"{type(e).__name__}: {e}"))
 
-    asyncio.run(go())
+def from_runtime(array) -> np.ndarray:
+    """A numpy view of a runtime array's values (no copy: valid while ``array`` is)."""
+    return array.numpy()
 
 
 # -- control flow: coreai's while / if, private in coreai-core 1.0.0b3 ----------------------
