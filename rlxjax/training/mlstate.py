@@ -239,6 +239,11 @@ class Layout:
     #: elements ('<prefix>.f32.<k>.exp', ...), so a step can read, decode, update, encode and
     #: write each chunk on its own (its temporaries a chunk's size, not the model's).
     chunk: Optional[int] = None
+    #: one set of states per leaf (``chunks``): a codec that stores the values as they are
+    #: (Core AI's ``plain``) then reads and writes each leaf's own state, with no packed
+    #: vector to concatenate and slice on every step (which cost a Core AI MLP step 88 % of
+    #: its time: bench/coreai_speed.py)
+    per_leaf: bool = False
 
     def group(self, dtype: str) -> List[Slot]:
         return [s for s in self.slots if s.dtype == dtype]
@@ -254,7 +259,7 @@ class Layout:
             return []
         tag = dict(_TAGS)[dtype]
         pieces = self.codec.pieces(dtype)
-        if self.chunk is None or n <= self.chunk:
+        if not self.per_leaf and (self.chunk is None or n <= self.chunk):
             return [([f"{self.prefix}.{tag}.{p}" for p in pieces], 0, n)]
         return [([f"{self.prefix}.{tag}.{k}.{p}" for p in pieces], lo, hi)
                 for k, (lo, hi) in enumerate(_bounds(c) for c in chunks(self, dtype))]
@@ -290,7 +295,7 @@ class Layout:
 def make_layout(names: Sequence[str], roles: Sequence[str], structs,
                 codec: Codec = CODECS["f16x3"], *, prefix: str = "state",
                 what: str = "state='mlstate'", instead: str = "use state='io'",
-                chunk: Optional[int] = None) -> Layout:
+                chunk: Optional[int] = None, per_leaf: bool = False) -> Layout:
     """Where each leaf (``structs``: shape and canonical numpy dtype) lives in the states."""
     slots, offsets = [], {"float32": 0, "int32": 0}
     for name, role, t in zip(names, roles, structs):
@@ -301,7 +306,8 @@ def make_layout(names: Sequence[str], roles: Sequence[str], structs,
         size = int(np.prod(t.shape, dtype=np.int64))
         slots.append(Slot(name, role, dt, tuple(t.shape), offsets[dt], size))
         offsets[dt] += size
-    return Layout(tuple(slots), sum(r == "param" for r in roles), codec, prefix, chunk)
+    return Layout(tuple(slots), sum(r == "param" for r in roles), codec, prefix, chunk,
+                  per_leaf)
 
 
 def state_bindings(layout: Layout) -> Dict[str, str]:
@@ -341,6 +347,8 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
     together, and a leaf larger than a chunk cut into pieces of a ``BIG_LEAF_PIECES``-th
     of a chunk, of whole rows (its leading axis) where they fit (mlstate_graph.py then
     slices a piece out of a new value without a flat copy of it)."""
+    if layout.per_leaf:
+        return _per_leaf(layout.group(dtype))
     limit = CHUNK if layout.chunk is None else layout.chunk
     out: List[List[Segment]] = []
     slots = layout.group(dtype)
@@ -361,6 +369,20 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
             piece = max(limit // BIG_LEAF_PIECES, min(limit, MIN_PIECE))
             step = piece // row * row if 0 < row <= piece else piece
             out += [[(s, lo, min(s.size, lo + step))] for lo in range(0, s.size, step)]
+    return out
+
+
+def _per_leaf(slots: List[Slot]) -> List[List[Segment]]:
+    """One chunk per leaf (``Layout.per_leaf``); a zero-size leaf joins a neighbour's chunk
+    (a state has at least one element)."""
+    out: List[List[Segment]] = []
+    empty: List[Segment] = []
+    for s in slots:
+        if not s.size:
+            (out[-1] if out else empty).append((s, 0, 0))
+        else:
+            out.append(empty + [(s, 0, s.size)])
+            empty = []
     return out
 
 
