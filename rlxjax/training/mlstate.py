@@ -287,6 +287,19 @@ class Layout:
                         for name, p in zip(names, self.codec.pieces(dtype))]
         return out
 
+    def state_shapes(self) -> List[Tuple[int, ...]]:
+        """The shape of every state (``state_types`` order): a vector of its length, but
+        a per-leaf state holding one leaf of rank >= 1 has the leaf's shape (no reshape on
+        its way in or out of the program)."""
+        out: List[Tuple[int, ...]] = []
+        for dtype, _ in _TAGS:
+            sets = self.state_sets(dtype)
+            shaped = [_shaped(self, c) for c in chunks(self, dtype)] if self.per_leaf else \
+                [None] * len(sets)
+            for (names, lo, hi), shape in zip(sets, shaped):
+                out += [shape or (hi - lo,)] * len(names)
+        return out
+
     def piece_names(self, dtype: str) -> List[str]:
         """The graph names of every state of ``dtype``, set after set."""
         return [n for names, _, _ in self.state_sets(dtype) for n in names]
@@ -386,6 +399,13 @@ def _per_leaf(slots: List[Slot]) -> List[List[Segment]]:
     return out
 
 
+def _shaped(layout: Layout, chunk: List[Segment]) -> Optional[Tuple[int, ...]]:
+    """The leaf's shape for a per-leaf state holding one whole leaf of rank >= 1."""
+    if layout.per_leaf and len(chunk) == 1 and len(chunk[0][0].shape) >= 1:
+        return chunk[0][0].shape
+    return None
+
+
 def _subtrees(slots: List[Slot], limit: int, depth: int) -> List[List[Slot]]:
     """Consecutive ``slots`` grouped by the pytree path their names give ('params.h_1.
     attn.kernel'): the whole run if it fits ``limit`` (or is one leaf), else split by its
@@ -421,7 +441,7 @@ def unpack(layout: Layout, *pieces, role: Optional[str] = None):
     for dtype, _ in _TAGS:
         sets = layout.state_sets(dtype)
         cut = chunks(layout, dtype)
-        if len(sets) == 1:   # one set of states: each chunk sliced out of it
+        if len(sets) == 1 and not layout.per_leaf:  # one set: each chunk sliced out of it
             if role is not None and all(s.role != role for s in layout.group(dtype)):
                 continue
             packed = [next(it) for _ in layout.codec.pieces(dtype)]
@@ -434,6 +454,9 @@ def unpack(layout: Layout, *pieces, role: Optional[str] = None):
                 continue
             lo = _bounds(chunk)[0]
             flat = layout.codec.decode(dtype, *view)
+            if _shaped(layout, chunk):  # the leaf itself, in its shape
+                parts[chunk[0][0].name].append(flat)
+                continue
             for s, a, b in chunk:
                 parts[s.name].append(_slice(flat, s.offset + a - lo, s.offset + b - lo))
     return [_concat(parts[s.name]).reshape(s.shape) for s in layout.slots
@@ -462,8 +485,10 @@ def pack(layout: Layout, *leaves):
     for dtype, _ in _TAGS:
         if not layout.length(dtype):
             continue
-        encoded = [layout.codec.encode(dtype, _concat([_slice(flat[s.name], a, b)
-                                                       for s, a, b in chunk]))
+        encoded = [layout.codec.encode(dtype, leaves[layout.slots.index(chunk[0][0])]
+                                       if _shaped(layout, chunk) else
+                                       _concat([_slice(flat[s.name], a, b)
+                                                for s, a, b in chunk]))
                    for chunk in chunks(layout, dtype)]
         if len(layout.state_sets(dtype)) == 1:
             out += [_concat(list(parts)) for parts in zip(*encoded)]
@@ -491,8 +516,11 @@ def host_pack(layout: Layout, leaves) -> Dict[str, np.ndarray]:
                  if s.dtype == dtype]
         if group:
             pieces = layout.codec.host_encode(dtype, np.concatenate(group))
-            for names, lo, hi in layout.state_sets(dtype):
-                out.update((n, p[lo:hi]) for n, p in zip(names, pieces))
+            cut = chunks(layout, dtype)
+            for (names, lo, hi), c in zip(layout.state_sets(dtype), cut):
+                shape = _shaped(layout, c)
+                out.update((n, p[lo:hi].reshape(shape or (hi - lo,)))
+                           for n, p in zip(names, pieces))
     return out
 
 
@@ -509,4 +537,5 @@ def host_unpack(layout: Layout, pieces: Dict[str, np.ndarray]) -> List[np.ndarra
 
 
 def _np_concat(xs):
-    return xs[0] if len(xs) == 1 else np.concatenate([np.asarray(x) for x in xs])
+    xs = [np.asarray(x).reshape(-1) for x in xs]  # (per-leaf states have their leaf's shape)
+    return xs[0] if len(xs) == 1 else np.concatenate(xs)
