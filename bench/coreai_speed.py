@@ -5,12 +5,13 @@ Models (flax, adam): an MLP 784-256-256-10 at batch 64; a CNN (2 conv + dense) o
 at batch 32; a 2-layer transformer encoder (d 128, 4 heads, seq 64) at batch 8; a
 GPT-2-style decoder (4 layers, d 256, vocab 8192, seq 128, tied embedding) at batch 4.
 
-Per model, three ``.aimodel`` programs compiled by rlxjax - the forward (weights as
-constants), the io training step (parameters and adam state in and out of every call) and
+Per model, four ``.aimodel`` programs compiled by rlxjax - the forward (weights as
+constants; ``fwd_in``: the forward with the parameters as inputs, as a training step has
+them), the io training step (parameters and adam state in and out of every call) and
 the state training step (``state="mlstate"``: kept in Core AI states, updated in place) -
 are loaded into this one process on the Core AI runtime of ``coreai-core`` and called
 directly (``coreai.runtime``, no worker process: what an app pays), timed round robin
-(medians, ms): ``fwd``, ``io``, ``state``, ``io/fwd``, ``state/fwd`` and ``state/io``.
+(medians, ms): ``fwd``, ``fwd_in``, ``io``, ``state`` and their ratios.
 The Core ML programs of the same two steps (iOS18) are counted: ops and bytes moved (read +
 written, coreml/cost.py's static model) for io and state.
 
@@ -145,6 +146,9 @@ def compile_all(make, folder):
         *fwd_args).compile()
     out["fwd"] = (fwd.save(os.path.join(folder, "fwd.aimodel")), _feeds(fwd, fwd_args), None,
                   fwd)
+    fin = rlxjax.coreml_jit(apply, format="aimodel").lower(params, *fwd_args).compile()
+    out["fwd_in"] = (fin.save(os.path.join(folder, "fwd_in.aimodel")),
+                     _feeds(fin, (params,) + tuple(fwd_args)), None, fin)
     opt = optax.adam(1e-3)
     io = rlxjax.coreml_train_step(loss, opt, format="aimodel")
     state = io.init(params, *batch)
@@ -197,7 +201,7 @@ async def _time(programs, repeats, profile):
         prof = {}
         if profile:
             for name, (path, feeds, states, _) in programs.items():
-                if name != "fwd":
+                if name not in ("fwd", "fwd_in"):
                     prof[name] = await _profile(model, path, calls[name])
         return {n: statistics.median(t) for n, t in times.items()}, prof
     finally:
@@ -254,8 +258,9 @@ def main(argv=None):
 
     print(f"Core AI runtime of coreai-core {version('coreai-core')}, jax {jax.__version__}; "
           f"round robin in one process, median of {repeats} calls (ms)")
-    head = (f"{'model':<12} {'fwd':>8} {'io':>8} {'state':>8} {'io/fwd':>7} {'state/fwd':>9} "
-            f"{'state/io':>8} | {'ML ops io':>9} {'state':>6} {'ML MB io':>9} {'state':>7}")
+    head = (f"{'model':<12} {'fwd':>8} {'fwd_in':>8} {'io':>8} {'state':>8} {'io/fwd':>7} "
+            f"{'state/fwd':>9} {'st/fwd_in':>9} {'state/io':>8} | {'ML ops io':>9} {'state':>6} "
+            f"{'ML MB io':>9} {'state':>7}")
     print(head)
     rows = []
     for name, make in MODELS.items():
@@ -264,10 +269,11 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as folder:
             programs, coreml = compile_all(make, folder)
             t, prof = asyncio.run(_time(programs, repeats, profile))
-        f, i, s = (t[k] * 1e3 for k in ("fwd", "io", "state"))
+        f, fi, i, s = (t[k] * 1e3 for k in ("fwd", "fwd_in", "io", "state"))
         (oi, bi), (os_, bs) = coreml["io"], coreml["mlstate"]
-        print(f"{name:<12} {f:>8.2f} {i:>8.2f} {s:>8.2f} {i / f:>7.2f} {s / f:>9.2f} "
-              f"{s / i:>8.2f} | {oi:>9} {os_:>6} {bi / 2**20:>9.1f} {bs / 2**20:>7.1f}")
+        print(f"{name:<12} {f:>8.2f} {fi:>8.2f} {i:>8.2f} {s:>8.2f} {i / f:>7.2f} {s / f:>9.2f} "
+              f"{s / fi:>9.2f} {s / i:>8.2f} | {oi:>9} {os_:>6} {bi / 2**20:>9.1f} "
+              f"{bs / 2**20:>7.1f}")
         for k in ("fwd", "io", "state"):
             print(f"{'':<12}   {k} Core AI ops: {_histogram(programs[k][3])}")
         for k, spans in prof.items():
@@ -276,7 +282,7 @@ def main(argv=None):
             total = sum(spans.values()) or 1
             top = ", ".join(f"{op} {v / total:.0%}" for op, v in spans.most_common(8))
             print(f"{'':<12}   {k} profile: {top}")
-        rows.append({"model": name, "fwd_ms": f, "io_ms": i, "state_ms": s,
+        rows.append({"model": name, "fwd_ms": f, "fwd_in_ms": fi, "io_ms": i, "state_ms": s,
                      "coreml_io": coreml["io"], "coreml_state": coreml["mlstate"]})
     calls = os.path.join(HERE, "coreai_calls.py")
     if os.path.exists(calls) and not only:
