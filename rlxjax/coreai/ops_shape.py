@@ -144,10 +144,60 @@ def _pad(ctx, node, ins):
     return lax_pad(ctx, x, list(_t(node).shape), node.params["config"], value, _t(node).dtype)
 
 
+#: most elements of the padded trailing dims that ``lax_pad`` gathers in one op (its index
+#: constant holds one int32 per element of those dims)
+GATHER_PAD = 1 << 16
+
+
 def lax_pad(ctx, x, shape, config, value, dt):
     """lax.pad of ``x`` (of ``shape``) by ``config`` ((lo, hi, interior) per axis, negative
-    edges crop) with the rank-0 ``value``."""
+    edges crop) with the rank-0 ``value``. Where the padded dims are trailing and small
+    (``GATHER_PAD``), one ``gather_along_axis`` of the flattened trailing dims and one
+    ``where`` for the fill: Core AI's ``pad`` and ``concat`` cost 10-70x an elementwise op
+    of the same size on its runtime (a 32x32x28x28 conv input: 700 ms a padded axis
+    against 53 ms a gather, bench/coreai_speed.py), and both are exact copies."""
     shape = list(shape)
+    padded = [a for a, c in enumerate(config) if tuple(c) != (0, 0, 0)]
+    if not padded:
+        return x
+    first = padded[0]
+    sources = [_pad_sources(d, *c) for d, c in zip(shape[first:], config[first:])]
+    n_out = int(np.prod([len(s) for s in sources], dtype=np.int64))
+    if 0 < n_out <= GATHER_PAD and int(np.prod(shape[first:], dtype=np.int64)) > 0:
+        return _gather_pad(ctx, x, shape, first, sources, value, dt)
+    return _edge_pad(ctx, x, shape, config, value, dt)
+
+
+def _pad_sources(d: int, lo: int, hi: int, k: int) -> np.ndarray:
+    """For each position of one axis padded by (lo, hi, interior k): the index of ``x``
+    it copies, or -1 where it holds the padding value."""
+    inner = np.full(d + max(d - 1, 0) * k, -1, np.int64)
+    inner[::k + 1] = np.arange(d)
+    full = np.concatenate([np.full(max(lo, 0), -1), inner[max(-lo, 0):], np.full(max(hi, 0), -1)])
+    return full[:len(full) - max(-hi, 0)] if hi < 0 else full
+
+
+def _gather_pad(ctx, x, shape, first, sources, value, dt):
+    """``x`` padded along its trailing dims from ``first`` on: their flat source indices
+    (``_pad_sources`` per axis) gathered in one op, the fill positions then set to
+    ``value``."""
+    lead, inner = shape[:first], shape[first:]
+    strides = np.cumprod([1] + inner[::-1][:-1])[::-1]
+    grids = np.meshgrid(*sources, indexing="ij")
+    fill = np.any([g < 0 for g in grids], axis=0).reshape(-1)
+    flat_src = sum(np.maximum(g, 0) * st for g, st in zip(grids, strides)).reshape(-1)
+    n_in, n_out = int(np.prod(inner, dtype=np.int64)), flat_src.size
+    rank1 = [1] * len(lead)
+    flat = ctx.reshape(x, lead + [n_in])
+    idx = ctx.broadcast(ctx.const(flat_src.astype(np.int32).reshape(rank1 + [n_out])),
+                        lead + [n_out], DType.i32)
+    y = ctx.gather_along(flat, idx, len(lead), lead + [n_out], dt)
+    if fill.any():
+        y = ctx.where(ctx.const(fill.reshape(rank1 + [n_out])), value, y)
+    return ctx.reshape(y, lead + [len(s) for s in sources])
+
+
+def _edge_pad(ctx, x, shape, config, value, dt):
     for axis, (lo, hi, k) in enumerate(config):
         d = shape[axis]
         if k and d > 1:  # interior: [.., d, 1, ..] ++ [.., d, k, ..] -> [.., d*(k+1), ..], cut

@@ -58,9 +58,10 @@ def state_layout(params, opt_state, codec: str = "f16x3") -> Layout:
     ML (fp16 pieces): a packed vector longer than a codec chunk (``CHUNK``) in one set of
     states per chunk, which the memory order reads and writes one at a time
     (coreml/mil_order.py); Core AI (``plain``, its own compiler schedules) keeps one state
-    per dtype."""
+    per leaf (no packed vector to concatenate and slice: ``Layout.per_leaf``)."""
     return make_layout(*trained_leaves(params, opt_state), codec=CODECS[codec],
-                       chunk=_mlstate.CHUNK if codec == "f16x3" else None)
+                       chunk=_mlstate.CHUNK if codec == "f16x3" else None,
+                       per_leaf=codec == "plain")
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,8 @@ class TrainLayout:
                 "outputs": [f.row() for f in self.outputs]}
         if self.mode == "io":
             return {"state": "io", **rows}
-        chunk = {"state_chunk": self.tensors.chunk} if self.tensors.chunked else {}
+        chunk = {"state_per_leaf": True} if self.tensors.per_leaf else \
+            {"state_chunk": self.tensors.chunk} if self.tensors.chunked else {}
         return {"state": "mlstate", **self.tensors.codec.metadata(), **chunk, **rows,
                 "states": [s.row() for s in self.states],
                 "tensors": [asdict(s) for s in self.tensors.slots]}

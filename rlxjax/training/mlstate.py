@@ -32,188 +32,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
 from ..errors import ArgumentError
+from .mlstate_codec import (CODECS, F16, F32_PIECES, I32_PIECES, Codec,  # noqa: F401
+                            F16x3, Plain, decode_f32, decode_i32, encode_f32, encode_i32)
 from .mlstate_np import (BIAS, I32_BASE, decode_f32_np, decode_i32_np,  # noqa: F401
                          encode_f32_np, encode_i32_np)  # (the host codec)
 
-_UP = (64, 32, 16, 8, 4, 2, 1)          # exponents up to 127
-_DOWN = (64, 64, 32, 16, 8, 4, 2, 1)    # down to -191 (fp32 subnormals reach -149)
-F32_PIECES = ("exp", "hi", "lo")
-I32_PIECES = ("hi", "mid", "lo")
-
-
-# -- the codec inside the program (traced like any JAX code) ------------------------------
-def encode_f32(x):
-    """fp32 vector -> three fp16 vectors (see module doc)."""
-    a = jnp.abs(x)
-    # e starts from the first step's 0 / 64 (a cast, not a zeros constant the size of x)
-    c = a >= 2.0 ** _UP[0]
-    y, e = jnp.where(c, a * 2.0 ** -_UP[0], a), c.astype(a.dtype) * float(_UP[0])
-    for k in _UP[1:]:
-        c = y >= 2.0 ** k
-        y, e = jnp.where(c, y * 2.0 ** -k, y), jnp.where(c, e + k, e)
-    for k in _DOWN:
-        c = y < 2.0 ** (1 - k)
-        y, e = jnp.where(c, y * 2.0 ** k, y), jnp.where(c, e - k, e)
-    f = (y - 1.0) * 2.0 ** 23               # the fraction bits as an integer < 2^23
-    hi = jnp.floor(f * 2.0 ** -12)
-    lo = f - hi * 4096.0
-    wrap = lo >= 2048.0
-    hi, lo = jnp.where(wrap, hi + 1.0, hi), jnp.where(wrap, lo - 4096.0, lo)
-    code = jnp.where(x < 0, -(e + BIAS), e + BIAS)
-    zero = a == 0
-    pieces = (jnp.where(zero, x, code), jnp.where(zero, 0.0, hi), jnp.where(zero, 0.0, lo))
-    return tuple(p.astype(jnp.float16) for p in pieces)
-
-
-def decode_f32(code, hi, lo):
-    """Inverse of ``encode_f32``."""
-    c, h, l_ = (p.astype(jnp.float32) for p in (code, hi, lo))
-    y = 1.0 + (h * 4096.0 + l_) * 2.0 ** -23
-    e = jnp.abs(c) - BIAS
-    for k in _UP:
-        t = e >= k
-        y, e = jnp.where(t, y * 2.0 ** k, y), jnp.where(t, e - k, e)
-    for k in _DOWN:
-        t = e <= -k
-        y, e = jnp.where(t, y * 2.0 ** -k, y), jnp.where(t, e + k, e)
-    return jnp.where(c == 0, c, jnp.where(c < 0, -y, y))
-
-
-def encode_i32(n):
-    b = jnp.full_like(n, I32_BASE)
-    q = lax.div(n, b)
-    return tuple(p.astype(jnp.float16) for p in (lax.div(q, b), lax.rem(q, b), lax.rem(n, b)))
-
-
-def decode_i32(hi, mid, lo):
-    h, m, l_ = (p.astype(jnp.int32) for p in (hi, mid, lo))
-    return (h * I32_BASE + m) * I32_BASE + l_
-
-
-# -- codecs: how a format's states hold the fp32 / int32 leaves ---------------------------
-class Codec:
-    """How the leaves of one dtype ('float32' / 'int32') are stored in a format's states:
-    as the pieces ``pieces(dtype)``, each a vector of ``piece_dtype(dtype)``."""
-
-    name = ""
-    #: whether reading the leaves computes (a decode), so that a training step reads its
-    #: states again where a later phase needs them rather than keeping the decoded leaves
-    #: live (mlstate_graph.py ``rewrite_to_states``); the format's lowering then takes
-    #: re-reads (rlxjax/program.py ``REREAD``)
-    read_again = False
-
-    def pieces(self, dtype: str) -> Tuple[str, ...]:
-        raise NotImplementedError
-
-    def piece_dtype(self, dtype: str) -> str:
-        raise NotImplementedError
-
-    def encode(self, dtype: str, flat):          # traced: vector -> pieces
-        raise NotImplementedError
-
-    def decode(self, dtype: str, *pieces):       # traced: pieces -> vector
-        raise NotImplementedError
-
-    def host_encode(self, dtype: str, flat) -> Tuple[np.ndarray, ...]:
-        raise NotImplementedError
-
-    def host_decode(self, dtype: str, *pieces) -> np.ndarray:
-        raise NotImplementedError
-
-    def metadata(self) -> Dict[str, object]:
-        return {"encoding": self.name}
-
-
-class F16x3(Codec):
-    """Core ML: fp16 states, each fp32 / int32 value exact in three pieces (module doc)."""
-
-    name = "rlxjax-f32x3-v1"
-    read_again = True
-
-    def pieces(self, dtype):
-        return F32_PIECES if dtype == "float32" else I32_PIECES
-
-    def piece_dtype(self, dtype):
-        return "float16"
-
-    def encode(self, dtype, flat):
-        return list((encode_f32 if dtype == "float32" else encode_i32)(flat))
-
-    def decode(self, dtype, *pieces):
-        return (decode_f32 if dtype == "float32" else decode_i32)(*pieces)
-
-    def host_encode(self, dtype, flat):
-        return (encode_f32_np if dtype == "float32" else encode_i32_np)(flat)
-
-    def host_decode(self, dtype, *pieces):
-        return (decode_f32_np if dtype == "float32" else decode_i32_np)(*pieces)
-
-    def metadata(self):
-        return {"encoding": self.name, "exp_bias": BIAS, "i32_base": I32_BASE}
-
-
-class Plain(Codec):
-    """Core AI: fp32 and int32 states hold the values as they are (no codec)."""
-
-    name = "plain"
-
-    def pieces(self, dtype):
-        return ("value",)
-
-    def piece_dtype(self, dtype):
-        return dtype
-
-    def encode(self, dtype, flat):
-        return [flat]
-
-    def decode(self, dtype, value):
-        return value
-
-    def host_encode(self, dtype, flat):
-        return (np.asarray(flat, dtype),)
-
-    def host_decode(self, dtype, value):
-        return np.asarray(value, dtype)
-
-
-class F16(F16x3):
-    """An explicit opt-in for inference caches (rlxjax/stateful.py, ``state_precision=
-    "fp16"``) on fp16 states: each fp32 value rounded to one fp16 piece; int32 leaves exact
-    as in ``F16x3``."""
-
-    name = "fp16"
-
-    def pieces(self, dtype):
-        return ("f16",) if dtype == "float32" else I32_PIECES
-
-    def encode(self, dtype, flat):
-        return [flat.astype(jnp.float16)] if dtype == "float32" else super().encode(dtype, flat)
-
-    def decode(self, dtype, *pieces):
-        return pieces[0].astype(jnp.float32) if dtype == "float32" else \
-            super().decode(dtype, *pieces)
-
-    def host_encode(self, dtype, flat):
-        return (np.asarray(flat, np.float32).astype(np.float16),) if dtype == "float32" \
-            else super().host_encode(dtype, flat)
-
-    def host_decode(self, dtype, *pieces):
-        return np.asarray(pieces[0], np.float16).astype(np.float32) if dtype == "float32" \
-            else super().host_decode(dtype, *pieces)
-
-    def metadata(self):
-        return {"encoding": self.name, "i32_base": I32_BASE}
-
-
-#: by the name a format's registry entry gives (rlxjax/formats/__init__.py ``state_codec``;
-#: "f16": the rounded opt-in of rlxjax/stateful.py)
-CODECS: Dict[str, Codec] = {"f16x3": F16x3(), "plain": Plain(), "f16": F16()}
 _TAGS = (("float32", "f32"), ("int32", "i32"))
 
 
@@ -239,6 +67,11 @@ class Layout:
     #: elements ('<prefix>.f32.<k>.exp', ...), so a step can read, decode, update, encode and
     #: write each chunk on its own (its temporaries a chunk's size, not the model's).
     chunk: Optional[int] = None
+    #: one set of states per leaf (``chunks``): a codec that stores the values as they are
+    #: (Core AI's ``plain``) then reads and writes each leaf's own state, with no packed
+    #: vector to concatenate and slice on every step (which cost a Core AI MLP step 88 % of
+    #: its time: bench/coreai_speed.py)
+    per_leaf: bool = False
 
     def group(self, dtype: str) -> List[Slot]:
         return [s for s in self.slots if s.dtype == dtype]
@@ -254,7 +87,7 @@ class Layout:
             return []
         tag = dict(_TAGS)[dtype]
         pieces = self.codec.pieces(dtype)
-        if self.chunk is None or n <= self.chunk:
+        if not self.per_leaf and (self.chunk is None or n <= self.chunk):
             return [([f"{self.prefix}.{tag}.{p}" for p in pieces], 0, n)]
         return [([f"{self.prefix}.{tag}.{k}.{p}" for p in pieces], lo, hi)
                 for k, (lo, hi) in enumerate(_bounds(c) for c in chunks(self, dtype))]
@@ -282,6 +115,19 @@ class Layout:
                         for name, p in zip(names, self.codec.pieces(dtype))]
         return out
 
+    def state_shapes(self) -> List[Tuple[int, ...]]:
+        """The shape of every state (``state_types`` order): a vector of its length, but
+        a per-leaf state holding one leaf of rank >= 1 has the leaf's shape (no reshape on
+        its way in or out of the program)."""
+        out: List[Tuple[int, ...]] = []
+        for dtype, _ in _TAGS:
+            sets = self.state_sets(dtype)
+            shaped = [_shaped(self, c) for c in chunks(self, dtype)] if self.per_leaf else \
+                [None] * len(sets)
+            for (names, lo, hi), shape in zip(sets, shaped):
+                out += [shape or (hi - lo,)] * len(names)
+        return out
+
     def piece_names(self, dtype: str) -> List[str]:
         """The graph names of every state of ``dtype``, set after set."""
         return [n for names, _, _ in self.state_sets(dtype) for n in names]
@@ -290,7 +136,7 @@ class Layout:
 def make_layout(names: Sequence[str], roles: Sequence[str], structs,
                 codec: Codec = CODECS["f16x3"], *, prefix: str = "state",
                 what: str = "state='mlstate'", instead: str = "use state='io'",
-                chunk: Optional[int] = None) -> Layout:
+                chunk: Optional[int] = None, per_leaf: bool = False) -> Layout:
     """Where each leaf (``structs``: shape and canonical numpy dtype) lives in the states."""
     slots, offsets = [], {"float32": 0, "int32": 0}
     for name, role, t in zip(names, roles, structs):
@@ -301,7 +147,8 @@ def make_layout(names: Sequence[str], roles: Sequence[str], structs,
         size = int(np.prod(t.shape, dtype=np.int64))
         slots.append(Slot(name, role, dt, tuple(t.shape), offsets[dt], size))
         offsets[dt] += size
-    return Layout(tuple(slots), sum(r == "param" for r in roles), codec, prefix, chunk)
+    return Layout(tuple(slots), sum(r == "param" for r in roles), codec, prefix, chunk,
+                  per_leaf)
 
 
 def state_bindings(layout: Layout) -> Dict[str, str]:
@@ -341,6 +188,8 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
     together, and a leaf larger than a chunk cut into pieces of a ``BIG_LEAF_PIECES``-th
     of a chunk, of whole rows (its leading axis) where they fit (mlstate_graph.py then
     slices a piece out of a new value without a flat copy of it)."""
+    if layout.per_leaf:
+        return _per_leaf(layout.group(dtype))
     limit = CHUNK if layout.chunk is None else layout.chunk
     out: List[List[Segment]] = []
     slots = layout.group(dtype)
@@ -362,6 +211,27 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
             step = piece // row * row if 0 < row <= piece else piece
             out += [[(s, lo, min(s.size, lo + step))] for lo in range(0, s.size, step)]
     return out
+
+
+def _per_leaf(slots: List[Slot]) -> List[List[Segment]]:
+    """One chunk per leaf (``Layout.per_leaf``); a zero-size leaf joins a neighbour's chunk
+    (a state has at least one element)."""
+    out: List[List[Segment]] = []
+    empty: List[Segment] = []
+    for s in slots:
+        if not s.size:
+            (out[-1] if out else empty).append((s, 0, 0))
+        else:
+            out.append(empty + [(s, 0, s.size)])
+            empty = []
+    return out
+
+
+def _shaped(layout: Layout, chunk: List[Segment]) -> Optional[Tuple[int, ...]]:
+    """The leaf's shape for a per-leaf state holding one whole leaf of rank >= 1."""
+    if layout.per_leaf and len(chunk) == 1 and len(chunk[0][0].shape) >= 1:
+        return chunk[0][0].shape
+    return None
 
 
 def _subtrees(slots: List[Slot], limit: int, depth: int) -> List[List[Slot]]:
@@ -399,7 +269,7 @@ def unpack(layout: Layout, *pieces, role: Optional[str] = None):
     for dtype, _ in _TAGS:
         sets = layout.state_sets(dtype)
         cut = chunks(layout, dtype)
-        if len(sets) == 1:   # one set of states: each chunk sliced out of it
+        if len(sets) == 1 and not layout.per_leaf:  # one set: each chunk sliced out of it
             if role is not None and all(s.role != role for s in layout.group(dtype)):
                 continue
             packed = [next(it) for _ in layout.codec.pieces(dtype)]
@@ -412,6 +282,9 @@ def unpack(layout: Layout, *pieces, role: Optional[str] = None):
                 continue
             lo = _bounds(chunk)[0]
             flat = layout.codec.decode(dtype, *view)
+            if _shaped(layout, chunk):  # the leaf itself, in its shape
+                parts[chunk[0][0].name].append(flat)
+                continue
             for s, a, b in chunk:
                 parts[s.name].append(_slice(flat, s.offset + a - lo, s.offset + b - lo))
     return [_concat(parts[s.name]).reshape(s.shape) for s in layout.slots
@@ -440,8 +313,10 @@ def pack(layout: Layout, *leaves):
     for dtype, _ in _TAGS:
         if not layout.length(dtype):
             continue
-        encoded = [layout.codec.encode(dtype, _concat([_slice(flat[s.name], a, b)
-                                                       for s, a, b in chunk]))
+        encoded = [layout.codec.encode(dtype, leaves[layout.slots.index(chunk[0][0])]
+                                       if _shaped(layout, chunk) else
+                                       _concat([_slice(flat[s.name], a, b)
+                                                for s, a, b in chunk]))
                    for chunk in chunks(layout, dtype)]
         if len(layout.state_sets(dtype)) == 1:
             out += [_concat(list(parts)) for parts in zip(*encoded)]
@@ -469,8 +344,11 @@ def host_pack(layout: Layout, leaves) -> Dict[str, np.ndarray]:
                  if s.dtype == dtype]
         if group:
             pieces = layout.codec.host_encode(dtype, np.concatenate(group))
-            for names, lo, hi in layout.state_sets(dtype):
-                out.update((n, p[lo:hi]) for n, p in zip(names, pieces))
+            cut = chunks(layout, dtype)
+            for (names, lo, hi), c in zip(layout.state_sets(dtype), cut):
+                shape = _shaped(layout, c)
+                out.update((n, p[lo:hi].reshape(shape or (hi - lo,)))
+                           for n, p in zip(names, pieces))
     return out
 
 
@@ -487,4 +365,5 @@ def host_unpack(layout: Layout, pieces: Dict[str, np.ndarray]) -> List[np.ndarra
 
 
 def _np_concat(xs):
-    return xs[0] if len(xs) == 1 else np.concatenate([np.asarray(x) for x in xs])
+    xs = [np.asarray(x).reshape(-1) for x in xs]  # (per-leaf states have their leaf's shape)
+    return xs[0] if len(xs) == 1 else np.concatenate(xs)

@@ -50,14 +50,16 @@ def rewrite_to_states(g: Graph, layout: Layout, in_vals, out_vals, n_outputs: in
 
     if phase_of is None or not layout.codec.read_again:
         phase_of = lambda node: 0  # noqa: E731
-    types = [(name, TensorType((n,), dtype_from_numpy(np.dtype(dt))))
-             for name, _, n, dt in layout.state_types()]
+    shapes = layout.state_shapes()
+    types = [(name, TensorType(shape, dtype_from_numpy(np.dtype(dt))))
+             for (name, _, _, dt), shape in zip(layout.state_types(), shapes)]
     drop = {v.id for v in in_vals}
     rest = [(n, v) for n, v in g.inputs if v.id not in drop]
     readers = users(g)
     phases = sorted({phase_of(r) for v in in_vals for r in readers.get(v.id, ())} | {0})
     closed = jax.make_jaxpr(lambda *p: unpack(layout, *p))(
-        *[jax.ShapeDtypeStruct((n,), dt) for _, _, n, dt in layout.state_types()])
+        *[jax.ShapeDtypeStruct(shape, dt)
+          for (_, _, _, dt), shape in zip(layout.state_types(), shapes)])
     reads: Dict[int, List[Value]] = {}     # phase -> its read of every state
     decoded: Dict[int, List[Value]] = {}   # phase -> its decoded leaves
     n0 = len(g.nodes)

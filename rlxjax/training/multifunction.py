@@ -88,8 +88,8 @@ def _params_from_states(traced: Traced, params, layout: Layout) -> Traced:
     if got != [(s.shape, s.dtype) for s in slots]:
         raise RlxError(f"internal: predict's parameters {got} are not the train step's")
     p_vals = [v for _, v in g.inputs[:n_p]]
-    pieces = [(name, g.new_value(TensorType((n,), dtype_from_numpy(np.dtype(dt)))))
-              for name, _, n, dt in layout.state_types()]
+    pieces = [(name, g.new_value(TensorType(shape, dtype_from_numpy(np.dtype(dt)))))
+              for (name, _, _, dt), shape in zip(layout.state_types(), layout.state_shapes())]
     g.inputs = pieces + list(g.inputs[n_p:])
     f32_names = set(role_states(layout, "param"))
     f32 = [v for name, v in pieces if name in f32_names]

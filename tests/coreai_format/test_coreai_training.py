@@ -68,8 +68,9 @@ def test_one_asset_trains_and_predicts_from_shared_states(tmp_path):
     st, _ = _run(step, 3)
     path = step.save(tmp_path / "tp.aimodel", predict=(predict, X[:4]))
     folder = step.export_state(st, tmp_path / "state")
-    assert sorted(os.listdir(folder)) == ["state.json", "state_f32_value.f32",
-                                          "state_i32_value.i32"]
+    # one state per leaf (w1, b1, w2 and adam's two moments of each; the step count)
+    assert sorted(os.listdir(folder)) == sorted(
+        ["state.json", "state_i32_0_value.i32"] + [f"state_f32_{k}_value.f32" for k in range(9)])
     m = rlxjax.load(path, flat=True)
     assert m.functions == ("train_step", "predict") and m.function_name == "train_step"
     assert m.input_names == ("x", "y") and m.output_names == ("out",)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir import DType
+from ...ir import DType, TensorType
 from ..registry import lowering
+from .common import pad_edges, reshape
 from .conv_int import fp32_exact, tap_conv, to_fp32
 from .conv_layout import batch_groups_to_feature_groups, spatial_pad
 
@@ -41,16 +42,25 @@ def _conv(ctx, node, x, w):
 
 
 def float_conv(ctx, p, x, w, out_type):
-    """MIL conv of float ``x``, ``w`` with RLX conv params ``p``, result type ``out_type``."""
+    """MIL conv of float ``x``, ``w`` with RLX conv params ``p``, result type ``out_type``.
+    The edge padding is conv's own (a negative edge a slice of ``x``); lhs dilation (a
+    strided conv's input gradient) is one pad of the interior zeros, whose trailing ones
+    count against the high edge."""
     groups = p["feature_groups"]
     if p["batch_groups"] > 1:
         x = batch_groups_to_feature_groups(ctx.b, x, p["batch_groups"])
         groups = p["batch_groups"]
-    pads = list(p["padding"])
-    if any(d > 1 for d in p["lhs_dilation"]) or any(v < 0 for lh in pads for v in lh):
-        x = spatial_pad(ctx.b, x, [(lo, hi, d - 1)
-                                   for (lo, hi), d in zip(pads, p["lhs_dilation"])])
-        pads = [(0, 0)] * len(pads)
+    pads = [tuple(lh) for lh in p["padding"]]
+    lhs = list(p["lhs_dilation"])
+    if any(d > 1 for d in lhs):
+        if 1 + 2 * len(lhs) <= 5:  # each x followed by d - 1 zeros: one pad (Core ML rank 5)
+            x = _dilate(ctx.b, x, lhs)
+            pads = [(lo, hi - (d - 1)) for (lo, hi), d in zip(pads, lhs)]
+        else:
+            x = spatial_pad(ctx.b, x, [(0, 0, d - 1) for d in lhs])
+    if any(v < 0 for lh in pads for v in lh):  # negative edges crop: one slice
+        x = _crop(ctx.b, x, pads)
+        pads = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
     dilations = list(p["rhs_dilation"])
     if any(d > 1 for d in dilations) and not _is_const(w):
         w = spatial_pad(ctx.b, w, [(0, 0, d - 1) for d in dilations])
@@ -60,3 +70,23 @@ def float_conv(ctx, p, x, w, out_type):
                     pad=np.asarray([v for lh in pads for v in lh], np.int32),
                     dilations=np.asarray(dilations, np.int32), groups=np.int32(groups))
 
+
+def _dilate(b, x, dilation):
+    """[N, C, *S] with each element followed by d - 1 zeros along each spatial axis
+    ([N*C, S1, 1, S2, 1] padded to [N*C, S1, d1, S2, d2]): lax's interior padding plus
+    d - 1 trailing zeros per axis, in one pad."""
+    n, c, *spatial = x.shape
+    split = [n * c] + [v for s in spatial for v in (s, 1)]
+    y = pad_edges(b, reshape(b, x, tuple(split)),
+                  [(0, 0)] + [v for d in dilation for v in ((0, 0), (0, d - 1))], 0.0)
+    return reshape(b, y, (n, c, *(s * d for s, d in zip(spatial, dilation))))
+
+
+def _crop(b, x, pads):
+    """``x`` [N, C, *S] without the negative edges of ``pads`` (one slice)."""
+    begin = [0, 0] + [max(-lo, 0) for lo, _ in pads]
+    end = list(x.shape[:2]) + [s - max(-hi, 0) for s, (_, hi) in zip(x.shape[2:], pads)]
+    shape = tuple(e - a for a, e in zip(begin, end))
+    return b.op("slice_by_index", TensorType(shape, x.dtype), x=x,
+                begin=np.asarray(begin, np.int32), end=np.asarray(end, np.int32),
+                stride=np.ones(x.type.rank, np.int32))

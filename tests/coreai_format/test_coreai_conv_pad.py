@@ -1,0 +1,115 @@
+"""Padding on Core AI without its ``pad`` op (coreai/ops_shape.py ``lax_pad``: one gather of
+the flattened trailing dims and one ``where``): convolutions with edge, negative and
+interior padding (strided convolutions' backward), forward and gradients, against JAX on
+both formats; ``lax.pad`` bit for bit, non-finite values and -0.0 included."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax import lax
+
+import rlxjax
+
+pytest.importorskip("coreai")
+
+
+def _ops(fn, *args):
+    c = rlxjax.coreml_jit(fn, format="aimodel").lower(*args).compile()
+    return [o.type for o in c.executable.operations()]
+
+
+@st.composite
+def conv_cases(draw):
+    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    rhs_dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    # non-negative here: XLA:CPU's conv does not crop a negative low edge as lax.pad does
+    # (padding ((-1, 1), ...) leaves its last row non-zero); the gradients of strided convs
+    # bring negative edges of their own, compared with jax.grad
+    pad = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(2))
+    k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    size = (draw(st.integers(6, 9)), draw(st.integers(6, 9)))
+    return stride, rhs_dil, pad, k, size
+
+
+def _case(stride, rhs_dil, pad, k, size, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, 3) + size).astype(np.float32)
+    w = rng.standard_normal((4, 3) + k).astype(np.float32)
+
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, stride, pad, rhs_dilation=rhs_dil)
+
+    def loss(x, w):
+        return jnp.sum(jnp.tanh(conv(x, w)) ** 2)
+
+    return conv, loss, x, w
+
+
+def _check(fmt, case):
+    conv, loss, x, w = _case(*case)
+    try:
+        want = jax.jit(conv)(x, w)
+    except (TypeError, ValueError):  # an empty output: nothing to compare
+        return
+    if 0 in want.shape:
+        return
+    kw = {"format": "aimodel"} if fmt == "aimodel" else {}
+    got = rlxjax.coreml_jit(conv, **kw)(x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    gx, gw = rlxjax.coreml_grad(loss, argnums=(0, 1), **kw)(x, w)
+    jx, jw = jax.jit(jax.grad(loss, (0, 1)))(x, w)
+    np.testing.assert_allclose(gx, jx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gw, jw, rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=4, deadline=None)
+@given(conv_cases())
+def test_conv_and_its_gradients_match_jax_on_core_ai(case):
+    _check("aimodel", case)
+
+
+@settings(max_examples=4, deadline=None)
+@given(conv_cases())
+def test_conv_and_its_gradients_match_jax_on_core_ml(case):
+    _check("mlpackage", case)
+
+
+@pytest.mark.parametrize("fmt", ["aimodel", "mlpackage"])
+@pytest.mark.parametrize("case", [
+    ((2, 2), (1, 1), "SAME", (3, 3), (8, 8)),          # even size: SAME pads (0, 1)
+    ((2, 1), (1, 2), ((1, 0), (2, 1)), (3, 3), (7, 9)),
+    ((2, 2), (2, 2), ((2, 2), (1, 0)), (2, 3), (9, 8)),
+])
+def test_strided_and_dilated_convs_and_their_gradients_match_jax(fmt, case):
+    _check(fmt, case)
+
+
+def test_a_same_conv_and_its_strided_backward_run_no_pad_op():
+    _, loss, x, w = _case((2, 2), (1, 1), "SAME", (3, 3), (8, 8))
+    ops = _ops(jax.grad(loss, (0, 1)), x, w)
+    assert "conv2d" in ops and "pad" not in ops and "concat" not in ops
+
+
+@pytest.mark.parametrize("config", [
+    [(0, 0, 0), (0, 0, 0), (1, 1, 0), (1, 1, 0)],
+    [(0, 0, 0), (0, 0, 0), (2, -1, 1), (-1, 3, 2)],
+    [(0, 0, 0), (1, 0, 0), (0, 0, 0), (0, 0, 0)],
+    [(1, -1, 0), (0, 0, 0), (0, 0, 1), (0, 0, 0)],
+    [(0, 0, 0), (0, 0, 0), (-2, -1, 0), (0, 0, 0)],
+])
+def test_lax_pad_is_bit_exact_with_non_finite_values_and_negative_zero(config):
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 4)).astype(np.float32)
+    x[0, 0, 0, 0], x[1, 2, 4, 3], x[0, 1, 2, 2] = np.inf, np.nan, -0.0
+
+    def f(x, v):
+        return lax.pad(x, v, config)
+
+    want = np.asarray(jax.jit(f)(x, np.float32(-7.5)))
+    got = rlxjax.coreml_jit(f, format="aimodel")(x, np.float32(-7.5))
+    assert got.shape == want.shape
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
