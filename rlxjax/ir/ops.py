@@ -41,8 +41,11 @@ FAMILIES = ("constant", "elementwise", "reduction", "shape", "linear", "norm", "
             "pool", "conv", "indexing", "random", "control", "linalg", "activation",
             "activation_grad", "attention", "attention_grad")
 
-#: The layers that register an implementation into an op's record.
-LAYERS = ("vjp", "lower", "fold")
+#: The layers that register an implementation into an op's record: ``vjp`` (the grad
+#: transform), ``fold`` (constant folding), ``decompose`` (rlxjax/transforms/legalize/: the
+#: op written once in simpler RLX ops, for a format that does not run it natively), and
+#: one lowering per format (``lower``: Core ML's).
+LAYERS = ("vjp", "lower", "fold", "decompose")
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,7 @@ def test_lowerings_and_vjp_rules_read_only_declared_params():
     for, so a misspelled key cannot wait for the first model that reaches it."""
     by_fn = {}
     for name, d in OPS.items():
-        for layer in ("lower", "vjp"):
+        for layer in ("lower", "vjp", "decompose"):
             fn = d.impl(layer)
             if fn is not None:
                 by_fn.setdefault((layer, fn), set()).add(name)
