@@ -23,6 +23,16 @@ from .ops import Ctx, lower_nodes
 from .ops_base import RULES, carried, check_type, native_f16_values
 
 
+#: RLX ops that never reach the Core AI rules, each with where it goes instead
+NOT_LOWERED = {
+    **{op: "Core AI has no random ops: a program's draws are a host part (random='inputs')"
+       for op in ("bernoulli", "random_uniform", "random_normal")},
+    "dim_size": "a flexible program is compiled per enumerated size (flexible.py): a constant",
+    "remat": "inlined before lowering (transforms/regions.py)",
+    "remat_barrier": "removed before lowering (formats/base.py lowers_remat_barrier)",
+}
+
+
 def native(node) -> bool:
     """The RLX ops Core AI runs as they are (it has a rule for them, ops.py); the composite
     ops it has none for are decomposed first (rlxjax/transforms/legalize/)."""
