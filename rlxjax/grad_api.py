@@ -124,9 +124,7 @@ class GradFunction(CoreMLFunction):
             g_none = [None] * len(wrt)
             host = host.with_outputs(host.outputs + g_none if self.value else
                                      g_none + host.outputs[1:] if self.has_aux else g_none)
-        return Traced(graph, traced.in_tree, out_tree, traced.in_types, traced.custom_rules,
-                      dict(e_in), empty_out, traced.dropped, host, traced.u32_leaves,
-                      traced.nan_sign)
+        return traced.derive(graph, out_tree=out_tree, empty_out=empty_out, host=host)
 
 
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,

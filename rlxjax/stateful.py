@@ -168,7 +168,6 @@ def to_states(traced, layout: StateLayout, dyn_index: int, other_states=()):
     argument (the ``dyn_index``-th traced argument) made states: the program takes the
     other arguments and returns ``out``. ``other_states``: graph inputs that are states
     already (no argument leaves)."""
-    from .frontend import Traced
     from .ir import verify
     from .transforms.rewrite import dce
 
@@ -213,21 +212,14 @@ def to_states(traced, layout: StateLayout, dyn_index: int, other_states=()):
     dce(g)
     verify(g)
 
-    def shift(d):
-        return {(i if i < lo else i - n): x for i, x in d.items() if not lo <= i < hi}
-
     kept = [t for i, t in enumerate(traced.in_types) if not lo <= i < hi] \
         if len(traced.in_types) == traced.in_tree.num_leaves else traced.in_types
     rest = jax.tree_util.tree_structure(tuple(
         jax.tree_util.tree_unflatten(a, [0] * a.num_leaves)
         for i, a in enumerate(args) if i != dyn_index))
-    return Traced(g, rest, kids[0], kept, custom_rules=traced.custom_rules,
-                  empty_in=shift(traced.empty_in),
-                  empty_out={k: e for k, e in traced.empty_out.items() if k < n_out},
-                  dropped=shift(traced.dropped),
-                  u32_leaves=frozenset(i if i < lo else i - n for i in traced.u32_leaves
-                                       if not lo <= i < hi),
-                  nan_sign=shift(traced.nan_sign))
+    return traced.derive(g, remove=range(lo, hi), in_tree=rest, out_tree=kids[0],
+                         in_types=kept,
+                         empty_out={k: e for k, e in traced.empty_out.items() if k < n_out})
 
 
 def _out_name(name: str) -> str:

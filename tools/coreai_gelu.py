@@ -66,14 +66,16 @@ _SAVED = None
 def _run_with(rule, fn, x):
     import rlxjax
     from rlxjax.coreai.ops_base import RULES
+    from rlxjax.ir.ops import LOWERINGS, OPS
 
     global _SAVED
     _SAVED = RULES["gelu"]
-    RULES["gelu"] = rule
+    impls = OPS["gelu"].impls  # the op record's Core AI lowering, swapped for the run
+    impls[LOWERINGS["coreai"]] = rule
     try:
         return np.asarray(rlxjax.coreml_jit(fn, format="aimodel")(x))
     finally:
-        RULES["gelu"] = _SAVED
+        impls[LOWERINGS["coreai"]] = _SAVED
 
 
 def main():

@@ -16,10 +16,27 @@ import numpy as np
 from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Graph, TensorType, verify
 from ..signature import IOSpec, feature_name, unique_names as _unique
+from ..transforms.legalize import legalize
 from . import ca_private
 from .fp16 import to_fp16
 from .ops import Ctx, lower_nodes
-from .ops_base import carried, check_type, native_f16_values
+from .ops_base import RULES, carried, check_type, native_f16_values
+
+
+#: RLX ops that never reach the Core AI rules, each with where it goes instead
+NOT_LOWERED = {
+    **{op: "Core AI has no random ops: a program's draws are a host part (random='inputs')"
+       for op in ("bernoulli", "random_uniform", "random_normal")},
+    "dim_size": "a flexible program is compiled per enumerated size (flexible.py): a constant",
+    "remat": "inlined before lowering (transforms/regions.py)",
+    "remat_barrier": "removed before lowering (formats/base.py lowers_remat_barrier)",
+}
+
+
+def native(node) -> bool:
+    """The RLX ops Core AI runs as they are (it has a rule for them, ops.py); the composite
+    ops it has none for are decomposed first (rlxjax/transforms/legalize/)."""
+    return node.op in RULES
 
 
 def _io_dtype(d: DType) -> DType:
@@ -60,6 +77,7 @@ def lower_program(program) -> Lowered:
     _check_static(graph)
     if program.precision == "fp16":  # fp32 values computed as Core AI fp16 (fp16.py)
         graph = to_fp16(graph)
+    graph = legalize(graph, native)
     for _, v in graph.inputs + graph.outputs:
         check_type(v.type)
     if program.precision not in ("fp32", "fp16", "mixed"):

@@ -3,34 +3,35 @@ reshapes, small exact compositions every family uses), the rule registry (``rule
 refusal (``unsupported``).
 
 Each rule module (ops_elementwise.py, ops_shape.py, ops_nn.py, control.py) registers
-``fn(ctx, node, ins) -> value | [values]`` for the RLX ops it lowers; ops.py dispatches.
+``fn(ctx, node, ins) -> value | [values]`` for the RLX ops it lowers into the op's record
+(layer ``LOWERINGS["coreai"]`` of rlxjax/ir/ops.py, next to Core ML's); ops.py dispatches.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Callable, Dict
+from typing import Callable, Mapping
 
 import numpy as np
 
 from ..errors import JAX_NAMES, UnsupportedPrimitiveError
 from ..ir import DType, TensorType
 from ..ir import halfcarry, smallint
+from ..ir.ops import LOWERINGS, impls_of, register_impl
 from ..ir.smallint import SMALL, needs_wrap
 from . import ca_private
 
 NP = {DType.f32: np.float32, DType.f16: np.float16, DType.i32: np.int32, DType.bool: np.bool_}
 
-#: RLX op -> rule(ctx, node, ins) returning one Core AI value or a list (one per output)
-RULES: Dict[str, Callable] = {}
+#: RLX op -> rule(ctx, node, ins) returning one Core AI value or a list (one per output):
+#: a read-only view of the op records' Core AI lowerings (rlxjax/ir/ops.py ``LOWERINGS``)
+RULES: Mapping[str, Callable] = impls_of(LOWERINGS["coreai"])
 
 
-def rule(*ops: str):
-    def register(fn):
-        for op in ops:
-            RULES[op] = fn
-        return fn
-    return register
+def rule(*ops: str, replace: bool = False):
+    """Decorator: ``fn`` is the Core AI lowering of each op in ``ops``, in the op's record
+    (``replace``: in place of the rule registered, which ``fn`` wraps)."""
+    return register_impl(LOWERINGS["coreai"], *ops, replace=replace)
 
 
 def unsupported(node, detail="no Core AI lowering for this RLX op (yet)"):

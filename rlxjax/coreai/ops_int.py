@@ -54,7 +54,7 @@ def int_dot_general(ctx, node, ins):
 _FLOAT = {op: RULES[op] for op in ("dot_general", "conv")}
 
 
-@rule("dot_general")
+@rule("dot_general", replace=True)
 def _dot_general(ctx, node, ins):
     if node.inputs[0].type.dtype == DType.bool or node.inputs[1].type.dtype == DType.bool:
         raise unsupported(node, "a bool dot_general is not lowered for Core AI")
@@ -95,7 +95,7 @@ def int_conv(ctx, node, ins):
     return ctx.reshape(acc, out_t.shape)
 
 
-@rule("conv")
+@rule("conv", replace=True)
 def _conv(ctx, node, ins):
     if not node.inputs[0].type.dtype.is_float and node.inputs[0].type.dtype != DType.bool:
         return int_conv(ctx, node, ins)

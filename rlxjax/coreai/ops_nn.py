@@ -1,6 +1,6 @@
 """The fused activations and attention (rlxjax/ir/activation.py, attention.py) -> Core AI,
 written out from primitive Core AI ops with the formulas of the Core ML lowering
-(coreml/rules/activation.py) in fp32 (the norms: ops_norm.py):
+(coreml/rules/activation.py) in fp32 (the norms: transforms/legalize/norm.py):
 
 * ``softmax`` = ``exp(x - max) / sum``, ``log_softmax`` = ``(x - max) - log(sum)``
   (max over the axis, dims kept); their backward ops as in ir/activation.py;

@@ -22,6 +22,8 @@ from .builder import MilBuilder, Var, cast_name, value_type
 from .ct_private import blob_writer
 from ..ir.ops import OPS
 from ..program import reread_of
+from ..transforms.legalize import legalize
+from .registry import lowers_natively
 from .states import describe_states, state_input, write_state
 from .flexible import FlexDims, describe_flexible, lower_flexible
 from .targets import INT8_IO, Target
@@ -147,6 +149,7 @@ def lower_graph(graph: Graph, target: Target, precision: str, weights_dir: str,
     if precision not in PRECISIONS:
         raise RlxError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     verify(graph)
+    graph = legalize(graph, lambda n: lowers_natively(n.op, target))  # usually graph itself
     import os
 
     b = MilBuilder(lambda: blob_writer(os.path.join(weights_dir, "weight.bin")))

@@ -45,3 +45,10 @@ def claimed_targets(op: str) -> Tuple[str, ...]:
         return ()
     first = TARGETS[fn.since].order
     return tuple(name for name, t in TARGETS.items() if t.order >= first)
+
+
+def lowers_natively(op: str, target) -> bool:
+    """Whether ``op`` has a lowering here claimed on ``target`` (a ``Target``): the legalize
+    stage (rlxjax/transforms/legalize/) decomposes the ops that have none first."""
+    fn = LOWERINGS.get(op)
+    return fn is not None and target.order >= TARGETS[fn.since].order

@@ -53,6 +53,11 @@ def arg_names(fun: Callable, n: int) -> List[str]:
     return names
 
 
+#: the tables of a ``Traced`` keyed by argument-leaf index, which ``Traced.derive`` moves
+#: when leaves are removed: a new per-leaf fact is one more field named here
+LEAF_TABLES = ("empty_in", "dropped", "u32_leaves", "nan_sign")
+
+
 @dataclass
 class Traced:
     graph: Graph
@@ -86,6 +91,39 @@ class Traced:
         if self.host is None or all(k is None for k in self.host.outputs):
             return n  # (also after a transform replaced the results: none is the host's)
         return sum(1 for k in self.host.outputs if k is None)
+
+    def derive(self, graph: Graph, *, remove: range = range(0), **fields) -> "Traced":
+        """The program a transform derives from this one: ``graph``, with the argument leaves
+        ``remove`` (a range of leaf indices) taken out - they are now weights, states or
+        a dropped argument. Every per-leaf table (``LEAF_TABLES``) loses their entries and
+        the later leaves' entries move down; ``host`` (random="inputs") moves with them when
+        the leaves removed are the first ones. ``fields`` replace the others (``in_tree``,
+        ``out_tree``, ``in_types``, ``empty_out``, ``host``, ...); the rest is carried.
+        The one place a per-leaf fact is carried: grad_api.py, stateful.py, training/
+        (program.py, frozen.py, multifunction.py) all derive through here."""
+        bad = set(fields) & set(LEAF_TABLES)
+        if bad:
+            raise TypeError(f"internal: per-leaf tables {sorted(bad)} are carried, not given")
+        n, stop = len(remove), remove.stop if remove else 0
+
+        def move(i):
+            return i - n if i >= stop else i
+
+        new = {}
+        for name in LEAF_TABLES:
+            table = getattr(self, name)
+            if isinstance(table, (set, frozenset)):
+                new[name] = type(table)(move(i) for i in table if i not in remove)
+            else:
+                new[name] = {move(i): x for i, x in table.items() if i not in remove}
+        if "host" not in fields and self.host is not None and remove:
+            if remove.start != 0:
+                raise TypeError("internal: random='inputs' host parts move only when the "
+                                "first leaves are removed")
+            new["host"] = self.host.shifted(n)
+        kept = {f: getattr(self, f) for f in ("in_tree", "out_tree", "in_types",
+                                              "custom_rules", "empty_out", "host")}
+        return type(self)(graph, **{**kept, **new, **fields})
 
     def leaf_inputs(self) -> List[Optional[int]]:
         """For each argument leaf, the index of its graph input (None: dropped or empty)."""

@@ -41,8 +41,13 @@ FAMILIES = ("constant", "elementwise", "reduction", "shape", "linear", "norm", "
             "pool", "conv", "indexing", "random", "control", "linalg", "activation",
             "activation_grad", "attention", "attention_grad")
 
-#: The layers that register an implementation into an op's record.
-LAYERS = ("vjp", "lower", "fold")
+#: Each format's lowering layer: format -> the layer its lowerings register under.
+LOWERINGS = {"coreml": "lower", "coreai": "lower_coreai"}
+#: The layers that register an implementation into an op's record: ``vjp`` (the grad
+#: transform), ``fold`` (constant folding), ``decompose`` (rlxjax/transforms/legalize/: the
+#: op written once in simpler RLX ops, for a format that does not run it natively), and
+#: one lowering per format (``LOWERINGS``).
+LAYERS = ("vjp", "fold", "decompose") + tuple(LOWERINGS.values())
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,10 @@ class OpDef:
 
     def impl(self, layer: str) -> Optional[Callable]:
         return self.impls.get(layer)
+
+    def lowering(self, fmt: str) -> Optional[Callable]:
+        """Format ``fmt``'s lowering of this op (``LOWERINGS``), or None."""
+        return self.impls.get(LOWERINGS[fmt])
 
 
 OPS: Dict[str, OpDef] = {}
@@ -103,8 +112,9 @@ def defop(name: str, family: str, arity: Optional[int], *, params: Mapping[str, 
     return register
 
 
-def register_impl(layer: str, *ops: str):
-    """Decorator: register ``fn`` as ``layer``'s implementation of each op in ``ops``."""
+def register_impl(layer: str, *ops: str, replace: bool = False):
+    """Decorator: register ``fn`` as ``layer``'s implementation of each op in ``ops``
+    (``replace``: in place of the one registered, which the new one wraps)."""
     if layer not in LAYERS:
         raise ValueError(f"unknown layer {layer!r} (one of {LAYERS})")
 
@@ -114,8 +124,9 @@ def register_impl(layer: str, *ops: str):
                 opdef = OPS[op]
             except KeyError:
                 raise ValueError(f"{layer} implementation for unknown RLX op {op!r}") from None
-            if layer in opdef.impls:
-                raise ValueError(f"{layer} implementation for {op} defined twice")
+            if (layer in opdef.impls) != replace:
+                raise ValueError(f"{layer} implementation for {op} "
+                                 f"{'defined twice' if not replace else 'to replace is missing'}")
             opdef.impls[layer] = fn
         return fn
 

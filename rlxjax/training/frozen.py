@@ -156,11 +156,5 @@ def bake_weights(traced: Traced, n: int, weights: List[dict], rest_args) -> Trac
     g.nodes = made + g.nodes
     g.inputs = g.inputs[n:]
     substitute(g, mapping)
-    return Traced(g, jax.tree_util.tree_structure(tuple(rest_args)), traced.out_tree,
-                  traced.in_types[n:], traced.custom_rules,
-                  empty_in={i - n: e for i, e in traced.empty_in.items()},
-                  empty_out=traced.empty_out,
-                  dropped={i - n: d for i, d in traced.dropped.items()},
-                  host=None if traced.host is None else traced.host.shifted(n),
-                  u32_leaves=frozenset(i - n for i in traced.u32_leaves),
-                  nan_sign={i - n: w for i, w in traced.nan_sign.items() if i >= n})
+    return traced.derive(g, remove=range(n), in_types=traced.in_types[n:],
+                         in_tree=jax.tree_util.tree_structure(tuple(rest_args)))

@@ -110,12 +110,8 @@ def _params_from_states(traced: Traced, params, layout: Layout) -> Traced:
     rest = jax.tree_util.tree_structure(tuple(
         jax.tree_util.tree_unflatten(t, [0] * t.num_leaves)
         for t in traced.in_tree.children()[1:]))
-    shift = lambda d: {i - n_p: x for i, x in d.items() if i >= n_p}  # noqa: E731
-    return Traced(g, rest, traced.out_tree, traced.in_types[n_p:],
-                  custom_rules=traced.custom_rules, empty_in=shift(traced.empty_in),
-                  empty_out=traced.empty_out, dropped=shift(traced.dropped),
-                  u32_leaves=frozenset(i - n_p for i in traced.u32_leaves if i >= n_p),
-                  nan_sign=shift(traced.nan_sign))
+    return traced.derive(g, remove=range(n_p), in_tree=rest, in_types=traced.in_types[n_p:],
+                         host=None)  # (as before: this program's draws are not carried)
 
 
 def _params_structs(program):

@@ -100,8 +100,7 @@ def build_train_graph(traced: Traced, args, optimizer, *, has_aux: bool, mode: s
     out_tree = jax.tree_util.tree_structure(result)  # (None nodes stay empty nodes)
     if host is not None:  # the host's aux results keep their places; then params, opt_state
         host = host.with_outputs(host.outputs + [None] * (len(new_p) + len(new_s)))
-    return Traced(g, traced.in_tree, out_tree, traced.in_types, dropped=traced.dropped,
-                  host=host, u32_leaves=traced.u32_leaves, nan_sign=traced.nan_sign)
+    return traced.derive(g, out_tree=out_tree, host=host)
 
 
 def _refuse_empty(traced: Traced) -> None:
@@ -159,12 +158,8 @@ def _to_states(traced: Traced, args, in_vals, out_vals, codec: str,
     dce(g)
     verify(g)
     batch = tuple(args[2:])
-    return Traced(g, jax.tree_util.tree_structure(batch), traced.out_tree,
-                  traced.in_types[n:],  # (no dropped leaf is a param or optimizer state)
-                  dropped={i - n: d for i, d in traced.dropped.items()},
-                  host=None if traced.host is None else traced.host.shifted(n),
-                  u32_leaves=frozenset(i - n for i in traced.u32_leaves if i >= n),
-                  nan_sign={i - n: w for i, w in traced.nan_sign.items() if i >= n})
+    return traced.derive(g, remove=range(n), in_tree=jax.tree_util.tree_structure(batch),
+                         in_types=traced.in_types[n:])
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,10 @@
 - every op has a parameter schema, a known family and effect, and its region params named;
   a node whose params do not fit is refused when built, and by the verifier with the op's
   name and the node's source line; the VJP rules and lowerings read only declared params;
-- every op lowers on every deployment target its lowering claims: a node of each op
+- every op has a lowering for every registered format (``ir.ops.LOWERINGS``: Core ML's and
+  Core AI's, both held in the record), or a decomposition (rlxjax/transforms/legalize/)
+  into ops the format lowers, or the format names it as one that never reaches it;
+- every op lowers on every Core ML deployment target its lowering claims: a node of each op
   (tests/op_samples.py builds one for EVERY op, none is taken on trust) is lowered and
   loaded back through coremltools' MIL loader on each claimed target;
 - every op has a VJP rule or its record says it is not differentiable (and then it has no
@@ -30,7 +33,7 @@ from rlxjax.coreml.targets import TARGETS, get_target
 from rlxjax.coreml.validate import validate_model
 from rlxjax.ir import DType, Graph, GraphVerificationError, Params, TensorType, verify
 from rlxjax.ir.builder import Builder
-from rlxjax.ir.ops import EFFECTS, FAMILIES, OPS, IRTypeError
+from rlxjax.ir.ops import EFFECTS, FAMILIES, LOWERINGS, OPS, IRTypeError
 from rlxjax.ir.schema import Param
 from rlxjax.transforms.vjp.registry import refusal
 
@@ -98,7 +101,7 @@ def test_lowerings_and_vjp_rules_read_only_declared_params():
     for, so a misspelled key cannot wait for the first model that reaches it."""
     by_fn = {}
     for name, d in OPS.items():
-        for layer in ("lower", "vjp"):
+        for layer in ("vjp", "decompose") + tuple(LOWERINGS.values()):
             fn = d.impl(layer)
             if fn is not None:
                 by_fn.setdefault((layer, fn), set()).add(name)
@@ -148,6 +151,37 @@ def test_op_lowers_on_every_claimed_target(op, cross_checked):
                                     "tests/runtime/test_emitted_ops.py's static scan misses")
         assert not mil - covered, (f"{op} on {target} emits {sorted(mil - covered)} without "
                                    "cross-checked reference semantics")
+
+
+def _format_lowering():
+    """format -> (does it lower the node natively, the ops it never lowers, by reason)."""
+    from rlxjax.coreai import ops as _coreai_ops  # noqa: F401  (registers the rules)
+    from rlxjax.coreai.lower import NOT_LOWERED, native
+    from rlxjax.coreml.registry import LOWERINGS as COREML
+
+    return {"coreml": (lambda n: n.op in COREML, {}), "coreai": (native, NOT_LOWERED)}
+
+
+@pytest.mark.parametrize("fmt", sorted(LOWERINGS))
+def test_every_op_lowers_on_every_format_or_is_decomposed_or_refused_by_name(fmt):
+    """Each registered format (``ir.ops.LOWERINGS``) holds its lowering in the op record;
+    an op it has none for is decomposed by the legalize stage into ops it does lower (its
+    sample, tests/op_samples.py, legalized), or is one the format says never reaches it."""
+    from rlxjax.transforms.legalize import legalize
+
+    native, never = _format_lowering()[fmt]
+    assert set(never) <= set(OPS)
+    for op in ALL_OPS:
+        d = OPS[op]
+        if op in never:
+            assert d.lowering(fmt) is None, f"{op}: lowered on {fmt} yet listed as never"
+            continue
+        if d.lowering(fmt) is not None:
+            continue
+        assert d.impl("decompose") is not None, f"{op}: neither lowered nor decomposed on {fmt}"
+        g = legalize(sample(op), native)
+        left = {n.op for n in g.nodes if not native(n)}
+        assert not left, f"{op} decomposed on {fmt} leaves {sorted(left)} it does not lower"
 
 
 def test_every_op_has_a_vjp_or_is_marked_non_differentiable():

@@ -48,7 +48,9 @@ def candidates(labels: np.ndarray, kind: str) -> List[Candidate]:
     axes_part = _is_axes_partition(labels, [d for d in range(r) if d not in free])
     if axes_part:
         a = max(free) + 1 if free else 0
-        if a < r:
+        # a layer norm reduces the trailing dims a.. only: a reduced dim before them (the
+        # batch dim of statistics over (0, 2, 3) of NCHW) is no layer norm
+        if a < r and all(d in free or shape[d] == 1 for d in range(a)):
             op = "layer_norm" if kind == "norm" else "rms_norm"
             out.append(Candidate(op, {"axis": a}, tuple(range(a, r))))
     if kind != "norm" or r < 2:
