@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from .. import package_check
 from ..errors import ArgumentError, PackageError, RlxError
 from ..loaded import LoadedFunction
 from ..runtime import REFERENCE_BACKENDS, resolve_backend
@@ -138,6 +139,31 @@ def _parse_model(model_file: str):
     return model
 
 
+def program_rows(model, function: str, path: str):
+    """(inputs, outputs) of ``function`` as its MIL program declares them (package_check.py
+    rows: name, shape with None for an open dim, numpy dtype name); states left out."""
+    from ..runtime.reference.values import ValueDecodeError, tensor_signature
+    from .mil import function_block
+
+    def row(name, value_type):
+        dtype, shape = tensor_signature(value_type)
+        return name, tuple(shape) if shape is not None else (), np.dtype(dtype).name
+
+    try:
+        fn = model.mlProgram.functions[function]
+        ins = [row(v.name, v.type) for v in fn.inputs
+               if v.type.WhichOneof("type") != "stateType"]
+        types = {v.name: v.type for v in fn.inputs}
+        block = function_block(model, function)
+        for op in block.operations:
+            types.update((o.name, o.type) for o in op.outputs)
+        outs = [row(n, types[n]) for n in block.outputs]
+    except (KeyError, ValueDecodeError) as e:
+        raise PackageError(f"{path}: the ML Program of function {function!r} is malformed "
+                           f"({type(e).__name__}: {e})") from None
+    return ins, outs
+
+
 class LoadedModel(LoadedFunction):
     """A saved package ready to run: ``model(x=..., ...)`` or ``model(x, ...)`` -> dict.
 
@@ -156,7 +182,12 @@ class LoadedModel(LoadedFunction):
                 raise ArgumentError(f"{path} has functions {list(self.functions)}; "
                                     f"function={name!r} is none of them")
             self.package_spec = model
-            model = function_view(model, name)
+            try:
+                model = function_view(model, name)
+            except (KeyError, ValueError, TypeError) as e:
+                raise PackageError(f"{path}: the description or rlxjax.functions metadata of "
+                                   f"function {name!r} is malformed ({type(e).__name__}: "
+                                   f"{e})") from None
         elif function not in (None, "main"):
             raise ArgumentError(f"{path} is a single-function package (its function is "
                                 f"'main'); function={function!r} is not it")
@@ -170,6 +201,11 @@ class LoadedModel(LoadedFunction):
         self._describe(model.description.metadata.userDefined,
                        (f.name for f in model.description.input),
                        (f.name for f in model.description.output))
+        if self.input_specs is not None:  # rlxjax's metadata, checked against the program
+            ins, outs = program_rows(model, name, path)
+            where = path if name == "main" else f"{path} (function {name!r})"
+            package_check.check_specs(where, "inputs", self.input_specs, ins)
+            package_check.check_specs(where, "outputs", self.output_specs, outs)
         self.backend = resolve_backend(backend)
         if self.backend in REFERENCE_BACKENDS:
             from ..runtime.backends import reference_program
