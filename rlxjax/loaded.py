@@ -35,7 +35,7 @@ def to_io(spec, x) -> np.ndarray:
     arr = calling.canonical(x)
     if not calling.fits(spec, arr.shape, arr.dtype):
         raise calling.mismatch("input", spec.mil_name, arr.shape, arr.dtype.name, spec.shape,
-                               spec.dtype, takes=True, hint="")
+                               spec.dtype, takes=True, hint="", value=x)
     return spec.to_feature(arr)
 
 
@@ -109,7 +109,7 @@ class LoadedFunction:
                 arr = calling.canonical(given[name])
                 if not e.matches(arr):
                     raise calling.mismatch("input", name, arr.shape, arr.dtype.name, e.shape,
-                                           e.dtype, takes=True, hint="")
+                                           e.dtype, takes=True, hint="", value=given[name])
             feeds = {s.mil_name: to_io(s, given[s.mil_name]) for s in self.input_specs}
             calling.check_sizes(self.input_specs,
                                 [feeds[s.mil_name].shape for s in self.input_specs])

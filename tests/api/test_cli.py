@@ -61,7 +61,7 @@ def test_inspect_bad_path_is_one_line_exit_2(tmp_path, capsys, kind):
     err = captured.err.strip()
     assert err.startswith("rlxjax inspect: ") and "\n" not in err
     assert "Traceback" not in captured.err and captured.out == ""
-    assert {"missing": "no such file or directory", "file": "not a Core ML package",
+    assert {"missing": "no such file or directory", "file": "not a package",
             "corrupt": "cannot read the Core ML package"}[kind] in err
 
 
