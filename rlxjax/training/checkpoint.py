@@ -63,9 +63,20 @@ def load_checkpoint(path, like: Sequence[np.ndarray]) -> Tuple[int, List[np.ndar
     if os.path.getsize(path) == 0:
         raise _broken(path, "the file is empty")
     try:
+        with zipfile.ZipFile(path) as zf:  # every member's CRC, the .npy headers included
+            bad = zf.testzip()
+        if bad is not None:
+            raise _broken(path, f"member {bad} fails its CRC check")
         with np.load(path, allow_pickle=False) as z:
             files = set(z.files)
-            n = len([k for k in files if k.startswith("leaf_")])
+            manifest = (json.loads(z[_MANIFEST].tobytes().decode())
+                        if _MANIFEST in files else None)
+            rows = manifest.get("leaves") if isinstance(manifest, dict) else None
+            if manifest is not None and not isinstance(rows, list):
+                raise _broken(path, "its manifest is malformed")
+            # with a manifest, its rows say how many arrays were written
+            n = len(rows) if rows is not None else len(
+                [k for k in files if k.startswith("leaf_")])
             if n != len(like):
                 raise ArgumentError(f"checkpoint {path} holds {n} arrays, the state "
                                     f"{len(like)}: it was written for another model or "
@@ -75,16 +86,13 @@ def load_checkpoint(path, like: Sequence[np.ndarray]) -> Tuple[int, List[np.ndar
                 raise _broken(path, f"it lacks {missing}")
             leaves = [z[f"leaf_{i}"] for i in range(n)]
             step = int(z["step"])
-            manifest = (json.loads(z[_MANIFEST].tobytes().decode())
-                        if _MANIFEST in files else None)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, TypeError,
             UnicodeDecodeError) as e:
         if isinstance(e, RlxError):
             raise
         raise _broken(path, f"{type(e).__name__}: {e}") from None
     if manifest is not None:  # written by rlxjax >= this version; older ones have none
-        rows = manifest.get("leaves") if isinstance(manifest, dict) else None
-        if not isinstance(rows, list) or len(rows) != n or manifest.get("step") != step:
+        if manifest.get("step") != step:
             raise _broken(path, "its manifest does not match its arrays")
         for i, (a, r) in enumerate(zip(leaves, rows)):
             if not isinstance(r, dict) or r.get("sha256") != _sha(a):

@@ -142,12 +142,22 @@ class TrainStep(CoreMLFunction):
         if self.state_mode == "mlstate":
             dev = self._device(state, program)
             # the device's update and the step counter advance together (interrupt.py);
-            # a step that raises leaves ``state`` current (the device unchanged)
-            with held_interrupt():
-                value = program.compiled(*batch, state=dev.handle)
-                dev.version += 1
-                new_state = TrainState(None, None, state.step + 1, device=dev,
-                                       version=dev.version)
+            # a step that raises leaves ``state`` current (the device unchanged), and a
+            # Ctrl-C held until the step completed carries the new state and its value
+            new_state = None
+            try:
+                with held_interrupt():
+                    value = program.compiled(*batch, state=dev.handle)
+                    dev.version += 1
+                    new_state = TrainState(None, None, state.step + 1, device=dev,
+                                           version=dev.version)
+            except KeyboardInterrupt as e:
+                if new_state is not None:
+                    e.state, e.value = new_state, value
+                    e.add_note(f"rlxjax: the step completed before the interrupt: the "
+                               f"current TrainState (step {new_state.step}) is on this "
+                               "exception's .state (the one passed in is consumed)")
+                raise
         else:
             value, params, opt_state = program.compiled(state.params, state.opt_state, *batch)
             new_state = TrainState(params, opt_state, state.step + 1)
@@ -210,6 +220,11 @@ class TrainStep(CoreMLFunction):
                     bar.set_postfix_str(f"loss {loss:.5g}", refresh=False)
                     bar.update(1)
         except BaseException as e:  # an error or a Ctrl-C: the completed steps stay reachable
+            done = getattr(e, "state", None)  # a step that completed under a held Ctrl-C
+            if isinstance(done, TrainState) and done.step == state.step + 1:
+                state = done
+                history.append(float(np.asarray(e.value if not self.has_aux
+                                                else e.value[0]).reshape(-1)[0]))
             e.state, e.history = state, history
             e.add_note(f"rlxjax: fit stopped after {len(history)} completed steps; the state "
                        "after the last one is on this exception's .state (step "
