@@ -7,7 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import FORMATS, X, Y, copy
+from rely_common import FORMATS, X, Y, copy
 
 import rlxjax
 
@@ -176,7 +176,7 @@ def test_an_untampered_package_still_runs_as_jax(saved, fmt):
     """The checks refuse nothing that rlxjax wrote: the io step's loss is JAX's."""
     import jax
     import optax
-    from conftest import P, loss
+    from rely_common import P, loss
 
     m = rlxjax.load(saved(fmt)["io"])
     opt = optax.adam(1e-2)

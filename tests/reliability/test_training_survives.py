@@ -12,7 +12,7 @@ import optax
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from conftest import FORMATS, P, X, Y, copy, loss, make_step
+from rely_common import FORMATS, P, X, Y, copy, loss, make_step
 from helpers import jax_loop
 
 import rlxjax
