@@ -1,7 +1,9 @@
 """``rlxjax inspect`` of a Core AI ``.aimodel``: its functions, each one's inputs, outputs
 and states (with training roles) as its program declares them, and its op histogram.
 
-The asset goes through the loader's checks first (rlxjax/coreai/loaded.py: its three
+Raises the loader's ``PackageError`` (or an ``RlxError`` when coreai-core is missing), which
+rlxjax/inspect_package.py turns into its one-line ``InspectError``. The asset goes through
+the loader's checks first (rlxjax/coreai/loaded.py: its three
 files regular and inside the folder, ``main.hash`` matching); nothing of Apple's runtime
 runs, only coreai-core's parser of the program (``ca_private``).
 """
@@ -13,8 +15,6 @@ import re
 from collections import Counter
 
 from . import metadata as keys
-from .errors import PackageError, RlxError
-from .inspect_package import InspectError
 
 
 def _roles(meta) -> dict:
@@ -47,15 +47,10 @@ def describe_aimodel(path) -> str:
     from .coreai.loaded import _creator_metadata, _signatures, check_asset
 
     path = os.path.abspath(os.fspath(path))
-    try:
-        check_asset(path)
-        meta = _creator_metadata(path)
-        sigs = _signatures(path)
-        text = str(ca_private.coreai().AIModelAsset.load(path).program)
-    except PackageError as e:
-        raise InspectError(f"cannot read the Core AI package: {e}") from None
-    except RlxError as e:  # coreai-core missing or of another version
-        raise InspectError(str(e)) from None
+    check_asset(path)
+    meta = _creator_metadata(path)
+    sigs = _signatures(path)
+    text = str(ca_private.coreai().AIModelAsset.load(path).program)
     default, names = keys.function_names(meta)
     lines = [path, "  model type: Core AI program (.aimodel), run by Apple's Core AI runtime"]
     if keys.VERSION in meta:

@@ -65,9 +65,15 @@ def _ops(spec):
 
 def describe(path) -> str:
     if os.fspath(path).rstrip("/" + os.sep).endswith(".aimodel"):
+        from .errors import PackageError, RlxError
         from .inspect_aimodel import describe_aimodel
 
-        return describe_aimodel(path)
+        try:
+            return describe_aimodel(path)
+        except PackageError as e:
+            raise InspectError(f"cannot read the Core AI package: {e}") from None
+        except RlxError as e:  # coreai-core missing or of another version
+            raise InspectError(str(e).strip().splitlines()[0]) from None
     spec = load(path)
     if len(spec.description.functions):
         return _describe_multifunction(path, spec)

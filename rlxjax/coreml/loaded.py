@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -52,6 +53,9 @@ def _read_manifest(pkg: str) -> Tuple[str, Optional[str]]:
     if not os.path.isfile(mpath):
         raise PackageError(f"{pkg} has no {_MANIFEST}: not a Core ML package (or a "
                            "half-written one)")
+    if not _within(mpath, pkg) or not stat.S_ISREG(os.stat(mpath).st_mode):
+        raise PackageError(f"{mpath} is a link out of the package or no regular file: "
+                           "refused")
     if os.path.getsize(mpath) > _MAX_MANIFEST_BYTES:
         raise PackageError(f"{mpath} is implausibly large ({os.path.getsize(mpath)} bytes)")
     try:
@@ -70,6 +74,8 @@ def _read_manifest(pkg: str) -> Tuple[str, Optional[str]]:
     model_file = _inside(data, model_rel)
     if not os.path.isfile(model_file):
         raise PackageError(f"{pkg}: the model file {model_rel!r} named by the manifest is missing")
+    if not stat.S_ISREG(os.stat(model_file).st_mode):
+        raise PackageError(f"{pkg}: the model file {model_rel!r} is no regular file: refused")
     weights = None
     for entry in entries.values():
         if (isinstance(entry, dict) and entry.get("name") == "weights"
@@ -119,9 +125,11 @@ def _check_weight_references(pkg: str, model, weights_dir: Optional[str]) -> Non
             raise PackageError(f"{pkg}: the program reads weight file {name!r} but the "
                                "package has no weights folder")
         try:
-            weight_file_path(weights_dir, name)
+            full = weight_file_path(weights_dir, name)
         except ValueDecodeError as e:
             raise PackageError(f"{pkg}: {e}") from None
+        if os.path.exists(full) and not stat.S_ISREG(os.stat(full).st_mode):
+            raise PackageError(f"{pkg}: weight file {name!r} is no regular file: refused")
 
 
 def _parse_model(model_file: str):

@@ -184,3 +184,15 @@ def test_an_untampered_package_still_runs_as_jax(saved, fmt):
     feeds = dict(zip(m.input_names, jax.tree_util.tree_leaves((P, st)) + [X, Y]))
     got = m(**feeds)
     np.testing.assert_allclose(got["out"], jax.jit(loss)(P, X, Y), rtol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_arguments_are_reported_with_their_own_dtype(saved, fmt):
+    m = rlxjax.load(saved(fmt)["io"])
+    feeds = {s.mil_name: np.zeros(s.shape, s.dtype) for s in m.input_specs}
+    feeds["x"] = np.zeros(X.shape, np.int64)
+    with pytest.raises(rlxjax.ArgumentError, match=r"'x' is int64\[8, 5\] \(int32 as JAX "):
+        m(**feeds)
+    c = rlxjax.coreml_jit(lambda x: x * 2).lower(np.ones(3, np.float32)).compile()
+    with pytest.raises(rlxjax.ArgumentError, match=r"is int64\[3\] \(int32 as JAX takes it\)"):
+        c(np.ones(3, np.int64))
