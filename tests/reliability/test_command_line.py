@@ -81,3 +81,15 @@ def test_output_to_a_closed_pipe_ends_quietly(saved):
     finally:
         os.close(write)
     assert proc.returncode == 141 and proc.stderr == "", proc.stderr
+
+
+def test_a_missing_input_error_is_short_with_the_names_on_detail(saved):
+    import numpy as np
+
+    import rlxjax
+
+    m = rlxjax.load(saved("mlpackage")["io"])
+    with pytest.raises(rlxjax.ArgumentError) as info:
+        m(x=np.zeros((8, 5), np.float32))
+    assert len(str(info.value)) < 300 and "missing input(s)" in str(info.value)
+    assert all(n in info.value.detail for n in m.input_names)
