@@ -55,17 +55,17 @@ def _fingerprint(st: os.stat_result) -> tuple:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def check_asset(path: str) -> bytes:
+def check_asset(path: str) -> tuple:
     """Refuse a folder that is not a whole, untampered ``.aimodel``; returns the SHA-256
-    of its program (``main.mlirb``)."""
+    of its program (``main.mlirb``) and the file's fingerprint taken before it was read
+    (so that a change during the read is seen at the next call)."""
     if not os.path.isdir(path):
         raise PackageError(f"no such Core AI package (an '.aimodel' folder): {path}")
     missing = [f for f in FILES if not os.path.lexists(os.path.join(path, f))]
     if missing:
         raise PackageError(f"{path} lacks {missing}: not a Core AI package, or a half-written "
                            "one")
-    for f in FILES:
-        _regular(path, f)
+    seen = {f: _regular(path, f) for f in FILES}
     digest = _digest(path)
     with open(os.path.join(path, "main.hash"), "rb") as f:
         stored = f.read(64)
@@ -74,7 +74,7 @@ def check_asset(path: str) -> bytes:
                            "changed or truncated after it was written): refused")
     if os.path.getsize(os.path.join(path, "metadata.json")) > _MAX_METADATA:
         raise PackageError(f"{path}: metadata.json is implausibly large")
-    return digest
+    return digest, _fingerprint(seen["main.mlirb"])
 
 
 def _signatures(path: str) -> dict:
@@ -114,10 +114,9 @@ class LoadedAIModel(LoadedFunction):
         if backend not in (None, "coreai"):
             raise ArgumentError(f"backend={backend!r}: an .aimodel runs on backend='coreai'")
         if _family is None:
-            digest = check_asset(path)
+            digest, seen = check_asset(path)
             _family = {"meta": _creator_metadata(path), "session": [None],
-                       "digest": digest, "seen": _fingerprint(_regular(path, "main.mlirb")),
-                       "signatures": _signatures(path)}
+                       "digest": digest, "seen": seen, "signatures": _signatures(path)}
         self.path, self.backend = path, "coreai"
         package = _family["meta"]
         default, names = metadata.function_names(package)

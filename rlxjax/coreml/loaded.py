@@ -192,7 +192,7 @@ class LoadedModel(LoadedFunction):
             self.package_spec = model
             try:
                 model = function_view(model, name)
-            except (KeyError, ValueError, TypeError) as e:
+            except (KeyError, ValueError, TypeError, AttributeError) as e:
                 raise PackageError(f"{path}: the description or rlxjax.functions metadata of "
                                    f"function {name!r} is malformed ({type(e).__name__}: "
                                    f"{e})") from None

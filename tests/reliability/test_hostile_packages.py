@@ -71,16 +71,26 @@ def test_edited_io_metadata_is_refused(saved, tmp_path, fmt, what):
         rlxjax.load(path)
 
 
+def _function_edit(key, change):
+    """Edit ``key`` of function train_step's metadata in a multifunction package."""
+    def edit(meta):
+        funcs = json.loads(meta["rlxjax.functions"])
+        row = next(r for r in funcs["functions"] if r["name"] == "train_step")["metadata"]
+        change(row[key])
+        meta["rlxjax.functions"] = json.dumps(funcs)
+    return edit
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_edited_state_metadata_is_refused(saved, tmp_path, fmt):
     path = copy(saved(fmt)["mlstate"], tmp_path / f"s.{fmt}")
     if fmt == "aimodel":
-        def edit(meta):
-            rows = json.loads(meta["rlxjax.states"])
+        def shrink(rows):
             rows[0]["shape"] = [rows[0]["shape"][0] - 1]
-            meta["rlxjax.states"] = json.dumps(rows)
+        edit = _function_edit("rlxjax.states", shrink)
     else:  # Core ML's states are the program's own: the io rows are what can lie
-        edit = _io_edit(lambda io: io["inputs"].append(dict(io["inputs"][0], mil_name="z")))
+        edit = _function_edit(IO, lambda io: io["inputs"].append(
+            dict(io["inputs"][0], mil_name="z")))
     _edit_meta(path, edit)
     with pytest.raises(rlxjax.PackageError):
         rlxjax.load(path)
@@ -196,3 +206,25 @@ def test_arguments_are_reported_with_their_own_dtype(saved, fmt):
     c = rlxjax.coreml_jit(lambda x: x * 2).lower(np.ones(3, np.float32)).compile()
     with pytest.raises(rlxjax.ArgumentError, match=r"is int64\[3\] \(int32 as JAX takes it\)"):
         c(np.ones(3, np.int64))
+
+
+FUNCTIONS_EDITS = {
+    "functions not a list": {"default": "train_step", "functions": 3},
+    "a row not an object": {"default": "train_step", "functions": [1, 2]},
+    "metadata not an object": {"default": "train_step",
+                               "functions": [{"name": "train_step", "metadata": 5}]},
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("what", [pytest.param(k, marks=() if k == "metadata not an object"
+                                               else pytest.mark.slow) for k in FUNCTIONS_EDITS])
+def test_malformed_functions_metadata_is_a_package_error(saved, tmp_path, fmt, what):
+    path = copy(saved(fmt)["mlstate"], tmp_path / f"f.{fmt}")
+
+    def edit(meta):
+        meta["rlxjax.functions"] = json.dumps(FUNCTIONS_EDITS[what])
+
+    _edit_meta(path, edit)
+    with pytest.raises(rlxjax.PackageError, match="malformed"):
+        rlxjax.load(path)
