@@ -88,14 +88,14 @@ class Compiled:
                 got_shape, got_dtype = calling.leaf_sig(leaf)
                 if tuple(got_shape) != shape or got_dtype != dtype:
                     raise calling.mismatch("argument", name, got_shape, got_dtype, shape, dtype,
-                                           note=" (an argument it does not read)")
+                                           note=" (an argument it does not read)", value=leaf)
                 continue
             got_shape, got_dtype = calling.leaf_sig(leaf)
             if i in empty:  # a zero-size leaf: checked, not fed (zerosize.py)
                 e = empty[i]
                 if tuple(got_shape) != e.shape or got_dtype != np.dtype(e.dtype):
                     raise calling.mismatch("argument", e.name, got_shape, got_dtype, e.shape,
-                                           e.dtype)
+                                           e.dtype, value=leaf)
                 continue
             spec = next(specs)
             if i in self._traced.u32_leaves:  # a counter / index: carried as int32
@@ -103,7 +103,7 @@ class Compiled:
                 continue
             if not calling.fits(spec, got_shape, got_dtype):
                 raise calling.mismatch("argument", spec.name, got_shape, got_dtype, spec.shape,
-                                       spec.dtype)
+                                       spec.dtype, value=leaf)
             arr = calling.canonical(leaf)
             if i in self._traced.nan_sign:  # reaches a top_k: no -NaN (nan_sign.py)
                 calling.check_nan_sign(spec.name, self._traced.nan_sign[i], arr)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import os
 import re
 import shutil
@@ -183,23 +184,51 @@ def _exchange(a: str, b: str) -> bool:
 
 
 def replace_dir(new: str, path: str) -> None:
-    """Move folder ``new`` to ``path``, replacing what is there as atomically as possible."""
-    if not os.path.lexists(path):
-        os.rename(new, path)
+    """Move folder ``new`` to ``path``, replacing what is there as atomically as possible.
+    Concurrent writers of one ``path`` each succeed, one after the other (the last one's
+    folder stays): a rename that finds ``path`` just created by another writer exchanges
+    with it instead, and an exchange that finds it just moved away renames again."""
+    for _ in range(100):
+        if not os.path.lexists(path):
+            try:
+                os.rename(new, path)
+                return
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+                continue  # another writer's folder arrived first: replace it
+        if not os.path.isdir(path) or os.path.islink(path):
+            raise FileExistsError(f"{path} exists and is not a folder; refusing to replace it")
+        if _exchange(new, path):
+            shutil.rmtree(new, ignore_errors=True)  # ``new`` now holds the previous folder
+            return
+        if not os.path.lexists(path):
+            continue  # moved away by another writer between the check and the exchange
+        if _can_exchange():
+            continue
+        aside = f"{path}.old-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            continue
+        try:
+            os.rename(new, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.rename(aside, path)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
         return
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise FileExistsError(f"{path} exists and is not a folder; refusing to replace it")
-    if _exchange(new, path):
-        shutil.rmtree(new)  # ``new`` now holds the previous folder
-        return
-    aside = f"{path}.old-{uuid.uuid4().hex[:8]}"
-    os.rename(path, aside)
-    try:
-        os.rename(new, path)
-    except BaseException:
-        os.rename(aside, path)
-        raise
-    shutil.rmtree(aside)
+    raise PackageError(f"{path}: could not replace it (other writers kept replacing it); "
+                       "write it again")
+
+
+def _can_exchange() -> bool:
+    """Whether this system has an atomic exchange (then a failed one was a race)."""
+    libc = _libc()
+    return libc is not None and (
+        (sys.platform.startswith("linux") and hasattr(libc, "renameat2"))
+        or (sys.platform == "darwin" and hasattr(libc, "renamex_np")))
 
 
 def write_package(path, suffix: str, kind: str, write: Callable[[str], None]) -> str:

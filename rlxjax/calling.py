@@ -63,13 +63,30 @@ def fits(spec: IOSpec, shape, dtype) -> bool:
         tuple(shape) == spec.shape or (spec.flexible and flexible.fits(spec, shape)))
 
 
+def given_type(value, shape, dtype) -> str:
+    """How an error names the type of ``value`` that JAX sees as ``dtype[shape]``: with the
+    value's own dtype when canonicalisation changed it ("int64[3] (int32 as JAX takes it)")."""
+    own = getattr(value, "dtype", None)
+    try:
+        own = None if own is None else np.dtype(own).name
+    except TypeError:
+        own = None
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    if own is None or own == name:
+        return f"{name}{list(shape)}"
+    return f"{own}{list(shape)} ({name} as JAX takes it)"
+
+
 def mismatch(what: str, name: str, shape, dtype, want_shape, want_dtype, *,
-             takes: bool = False, note: str = "", hint: str = RECOMPILE_HINT) -> ArgumentError:
+             takes: bool = False, note: str = "", hint: str = RECOMPILE_HINT,
+             value=None) -> ArgumentError:
     """The error for a value of the wrong shape or dtype: ``what`` 'argument' (a compiled
     function's) or 'input' (a package's feature); ``takes``: say what the program takes,
-    not what it was compiled for; ``note`` follows the wanted type."""
+    not what it was compiled for; ``note`` follows the wanted type; ``value``: the value
+    as given, whose own dtype is named when JAX's canonicalisation changed it."""
     want = "the program takes" if takes else "the program was compiled for"
-    return ArgumentError(f"{what} '{name}' is {dtype}{list(shape)}, but {want} "
+    got = given_type(value, shape, dtype) if value is not None else f"{dtype}{list(shape)}"
+    return ArgumentError(f"{what} '{name}' is {got}, but {want} "
                          f"{want_dtype}{list(want_shape)}{note}" + (f"; {hint}" if hint else ""))
 
 

@@ -1,6 +1,7 @@
-"""``rlxjax compile MODULE:FUNCTION --example SHAPES... -o OUT.mlpackage [--grad]``.
+"""``rlxjax compile MODULE:FUNCTION --example SHAPES... -o OUT.mlpackage|OUT.aimodel [--grad]``.
 
-Compiles a JAX function from a Python module or file into a Core ML package, without
+Compiles a JAX function from a Python module or file into a Core ML package (``.mlpackage``)
+or a Core AI program (``.aimodel``), without
 writing a script: one ``--example`` spec per positional argument (``f32[8,4]``, ``i32[3]``,
 ``bool[]``). Every problem with the arguments, the module or the compilation is one line on
 stderr and exit status 2 (``CompileCommandError``), never a traceback.
@@ -162,7 +163,14 @@ def compile_to_package(target_spec: str, examples: Sequence[str], out: str, grad
     if format not in FORMATS:
         raise CompileCommandError(f"--format {format!r}: choose {' or '.join(FORMATS)}")
     if not out.endswith(f".{format}"):
-        raise CompileCommandError(f"the output must be a .{format} path, got {out!r}")
+        raise CompileCommandError(
+            f"the output must be a .{format} path, got {out!r}" if out.endswith(
+                tuple(f".{f}" for f in FORMATS)) else
+            f"the output must be a .mlpackage (Core ML) or .aimodel (Core AI) path, got "
+            f"{out!r}")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise CompileCommandError(f"-o {out}: it is a file; a package is a folder (name a "
+                                  "new path or remove the file)")
     specs = [parse_example(e) for e in examples]  # bad specs fail before importing anything
     fun = resolve_function(load_module(module), module, qualname)
     check_arity(fun, target_spec, len(specs))
@@ -197,14 +205,16 @@ def compile_to_package(target_spec: str, examples: Sequence[str], out: str, grad
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "compile", help="compile MODULE:FUNCTION for example input shapes into a .mlpackage",
-        description="Compile a JAX function of arrays into a Core ML package. MODULE is a "
+        "compile", help="compile MODULE:FUNCTION for example input shapes into a .mlpackage "
+        "(Core ML) or an .aimodel (Core AI)",
+        description="Compile a JAX function of arrays into a Core ML package (.mlpackage) or a "
+        "Core AI program (.aimodel), chosen by the output's suffix. MODULE is a "
         "dotted module name importable from the current folder, or a path/to/file.py.")
     p.add_argument("function", metavar="MODULE:FUNCTION")
     p.add_argument("--example", nargs="+", default=[], metavar="SPEC",
                    help="one DTYPE[DIMS] per positional argument, e.g. f32[8,4] i32[3] f32[]; "
                    f"dtypes: {', '.join(DTYPES)}")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.mlpackage")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.mlpackage|OUT.aimodel")
     p.add_argument("--grad", action="store_true",
                    help="compile the gradient (coreml_grad) with respect to the first argument; "
                    "the function must return a float scalar")

@@ -1,7 +1,9 @@
-"""``rlxjax inspect``: describe a saved ``.mlpackage``.
+"""``rlxjax inspect``: describe a saved package, a Core ML ``.mlpackage`` or a Core AI
+``.aimodel``.
 
-Its inputs, outputs, training roles, target and MIL op histogram. Reads the package's
-protobuf through coremltools' ``load_spec``, which works on any OS."""
+Its inputs, outputs, training roles, target and op histogram. The package is read by
+rlxjax's own checked readers (rlxjax/coreml/loaded.py, rlxjax/coreai/loaded.py), which
+open only files inside it: a manifest or a symlink naming a file elsewhere is refused."""
 from __future__ import annotations
 
 import json
@@ -21,19 +23,22 @@ class InspectError(Exception):
 
 
 def load(path):
-    path = os.fspath(path)
+    """The model protobuf of the ``.mlpackage`` at ``path``."""
+    from .coreml.loaded import _parse_model, _read_manifest
+    from .errors import PackageError
+
+    path = os.path.abspath(os.fspath(path))
     if not os.path.exists(path):
         raise InspectError(f"no such file or directory: {path}")
     if not (os.path.isdir(path) and os.path.isfile(os.path.join(path, "Manifest.json"))):
-        raise InspectError(f"not a Core ML package (a .mlpackage folder with a "
-                           f"Manifest.json): {path}")
-    from coremltools.models.utils import load_spec
-
+        raise InspectError(f"not a package: {path} (rlxjax inspect reads a Core ML "
+                           "'.mlpackage' folder with a Manifest.json, or a Core AI "
+                           "'.aimodel' folder)")
     try:
-        return load_spec(path)
-    except Exception as e:  # a damaged package: coremltools raises several kinds
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise InspectError(f"cannot read the Core ML package {path}: {msg}") from None
+        model_file, _ = _read_manifest(path)
+        return _parse_model(model_file)
+    except PackageError as e:
+        raise InspectError(f"cannot read the Core ML package: {e}") from None
 
 
 def _array_type(feature):
@@ -59,6 +64,16 @@ def _ops(spec):
 
 
 def describe(path) -> str:
+    if os.fspath(path).rstrip("/" + os.sep).endswith(".aimodel"):
+        from .errors import PackageError, RlxError
+        from .inspect_aimodel import describe_aimodel
+
+        try:
+            return describe_aimodel(path)
+        except PackageError as e:
+            raise InspectError(f"cannot read the Core AI package: {e}") from None
+        except RlxError as e:  # coreai-core missing or of another version
+            raise InspectError(str(e).strip().splitlines()[0]) from None
     spec = load(path)
     if len(spec.description.functions):
         return _describe_multifunction(path, spec)

@@ -35,8 +35,25 @@ def to_io(spec, x) -> np.ndarray:
     arr = calling.canonical(x)
     if not calling.fits(spec, arr.shape, arr.dtype):
         raise calling.mismatch("input", spec.mil_name, arr.shape, arr.dtype.name, spec.shape,
-                               spec.dtype, takes=True, hint="")
+                               spec.dtype, takes=True, hint="", value=x)
     return spec.to_feature(arr)
+
+
+def _few(names, k: int = 4) -> str:
+    shown = ", ".join(repr(n) for n in names[:k])
+    return shown + (f" and {len(names) - k} more" if len(names) > k else "")
+
+
+def _names_error(inputs, unknown, missing) -> ArgumentError:
+    """A short error for inputs given by the wrong names; every name on ``.detail``."""
+    parts = ([f"unknown input(s) {_few(unknown)}"] if unknown else []) + (
+        [f"missing input(s) {_few(missing)}"] if missing else [])
+    err = ArgumentError(f"{'; '.join(parts)}: the model takes {len(inputs)} inputs "
+                        f"({_few(list(inputs))}; all of them, in order, on this error's "
+                        ".detail and the model's input_names)")
+    err.detail = (f"inputs, in order: {list(inputs)}\nunknown: {unknown}\n"
+                  f"missing: {missing}")
+    return err
 
 
 class LoadedFunction:
@@ -102,14 +119,13 @@ class LoadedFunction:
         unknown = sorted(set(given) - set(self.input_names))
         missing = [n for n in self.input_names if n not in given]
         if unknown or missing:
-            raise ArgumentError(f"the model takes inputs {list(self.input_names)}; "
-                                f"unknown {unknown}, missing {missing}")
+            raise _names_error(self.input_names, unknown, missing)
         if self.input_specs is not None:
             for name, e in self._empty_in.items():
                 arr = calling.canonical(given[name])
                 if not e.matches(arr):
                     raise calling.mismatch("input", name, arr.shape, arr.dtype.name, e.shape,
-                                           e.dtype, takes=True, hint="")
+                                           e.dtype, takes=True, hint="", value=given[name])
             feeds = {s.mil_name: to_io(s, given[s.mil_name]) for s in self.input_specs}
             calling.check_sizes(self.input_specs,
                                 [feeds[s.mil_name].shape for s in self.input_specs])

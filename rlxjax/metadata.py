@@ -115,10 +115,14 @@ def function_metadata(meta, name: str) -> Dict[str, str]:
     out = {k: v for k, v in meta.items() if k != FUNCTIONS}
     raw = read(meta, FUNCTIONS)
     if raw is not None:
-        for r in raw["functions"]:
-            if r["name"] == name:
-                out.update({k: v if isinstance(v, str) else json.dumps(v)
-                            for k, v in r["metadata"].items()})
+        try:
+            for r in raw["functions"]:
+                if r["name"] == name:
+                    out.update({str(k): v if isinstance(v, str) else json.dumps(v)
+                                for k, v in r["metadata"].items()})
+        except (KeyError, TypeError, AttributeError) as e:
+            raise PackageError(f"the package's {FUNCTIONS} metadata is malformed "
+                               f"({type(e).__name__}: {e})") from None
     return out
 
 

@@ -221,3 +221,55 @@ def typed(op: str, out_shape, dtype_name: str, **operands):
             for k, v in operands.items()}
     out = getattr(gen, op)(**args, results=[tensor_type(out_shape, dtype_name)])
     return Value._from_mlir(out)  # noqa: SLF001
+
+
+# -- reading an asset's program signature (rlxjax/package_check.py) ----------------------
+_ELEMENT = {"f32": "float32", "f16": "float16", "si32": "int32", "i32": "int32",
+            "ui32": "uint32", "si8": "int8", "i8": "int8", "ui8": "uint8", "i1": "bool",
+            "si16": "int16", "ui16": "uint16"}
+
+
+def _tensor_row(name: str, text: str):
+    import re
+
+    m = re.fullmatch(r"tensor<((?:(?:\d+|\?)x)*)(\w+)>", text)
+    if m is None or m.group(2) not in _ELEMENT:
+        raise ValueError(f"{name}: unexpected type {text}")
+    dims = tuple(None if d == "?" else int(d) for d in m.group(1).split("x")[:-1])
+    return name, dims, _ELEMENT[m.group(2)]
+
+
+def signatures(path: str) -> Dict[str, dict]:
+    """Each ``coreai.graph`` of the asset at ``path`` as it declares itself: {function:
+    {"inputs": [row], "states": [row], "outputs": [row]}}, rows (name, shape, numpy dtype
+    name). Parsed here, without the runtime (``main.hash`` is checked first by the caller);
+    ``ValueError`` for anything unexpected."""
+    import re
+
+    ca = coreai()
+    module = ca.AIModelAsset.load(path).program._module._mlir_module  # noqa: SLF001
+    out: Dict[str, dict] = {}
+
+    def names(attr, n):
+        got = [re.search(r'coreai\.name = "([^"]*)"', str(attr[k])) for k in range(n)]
+        if not all(got):
+            raise ValueError("a graph argument or result without a coreai.name")
+        return [g.group(1) for g in got]
+
+    for op in module.body.operations:
+        if op.name != "coreai.graph":
+            continue
+        fname = str(op.attributes["sym_name"]).strip('"')
+        ftype = op.attributes["function_type"].value
+        ins, res = [str(t) for t in ftype.inputs], [str(t) for t in ftype.results]
+        in_names = names(op.attributes["arg_attrs"], len(ins))
+        res_names = names(op.attributes["res_attrs"], len(res))
+        row = {"inputs": [], "states": [], "outputs": []}
+        for n, t in zip(in_names, ins):
+            h = re.fullmatch(r"!coreai\.handle<(.*)>", t)
+            row["states" if h else "inputs"].append(_tensor_row(n, h.group(1) if h else t))
+        for n, t in zip(res_names, res):
+            if t != "!coreai.token":
+                row["outputs"].append(_tensor_row(n, t))
+        out[fname] = row
+    return out

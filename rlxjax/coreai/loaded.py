@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 
 import numpy as np
 
-from .. import metadata
+from .. import metadata, package_check
 from ..errors import ArgumentError, PackageError
 from ..loaded import LoadedFunction
 from .flexible import SHAPES, pick, read_rows
@@ -24,23 +25,67 @@ FILES = ("main.mlirb", "main.hash", "metadata.json")
 _MAX_METADATA = 16 << 20
 
 
-def check_asset(path: str) -> None:
-    """Refuse a folder that is not a whole, untampered ``.aimodel``."""
+def _regular(path: str, name: str) -> os.stat_result:
+    """The stat of ``path``/``name``, a regular file inside the package: a symlink (which
+    could lead anywhere), a FIFO or a device is refused before anything opens it."""
+    full = os.path.join(path, name)
+    try:
+        st = os.lstat(full)
+    except FileNotFoundError:
+        raise PackageError(f"{path} lacks {name}: not a Core AI package, or a half-written "
+                           "one") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise PackageError(f"{full} is a symbolic link (to {os.readlink(full)!r}): a "
+                           "package's files must lie inside it; refused")
+    if not stat.S_ISREG(st.st_mode):
+        raise PackageError(f"{full} is not a regular file; refused")
+    return st
+
+
+def _digest(path: str) -> bytes:
+    h = hashlib.sha256()
+    fd = os.open(os.path.join(path, "main.mlirb"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.digest()
+
+
+def _fingerprint(st: os.stat_result) -> tuple:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def check_asset(path: str) -> tuple:
+    """Refuse a folder that is not a whole, untampered ``.aimodel``; returns the SHA-256
+    of its program (``main.mlirb``) and the file's fingerprint taken before it was read
+    (so that a change during the read is seen at the next call)."""
     if not os.path.isdir(path):
         raise PackageError(f"no such Core AI package (an '.aimodel' folder): {path}")
-    missing = [f for f in FILES if not os.path.isfile(os.path.join(path, f))]
+    missing = [f for f in FILES if not os.path.lexists(os.path.join(path, f))]
     if missing:
         raise PackageError(f"{path} lacks {missing}: not a Core AI package, or a half-written "
                            "one")
-    with open(os.path.join(path, "main.mlirb"), "rb") as f:
-        digest = hashlib.sha256(f.read()).digest()
+    seen = {f: _regular(path, f) for f in FILES}
+    digest = _digest(path)
     with open(os.path.join(path, "main.hash"), "rb") as f:
-        stored = f.read()
+        stored = f.read(64)
     if stored != digest:
         raise PackageError(f"{path}: main.mlirb does not match main.hash (the program was "
                            "changed or truncated after it was written): refused")
     if os.path.getsize(os.path.join(path, "metadata.json")) > _MAX_METADATA:
         raise PackageError(f"{path}: metadata.json is implausibly large")
+    return digest, _fingerprint(seen["main.mlirb"])
+
+
+def _signatures(path: str) -> dict:
+    """The asset's functions as its program declares them (ca_private.signatures)."""
+    from . import ca_private
+
+    try:
+        return ca_private.signatures(path)
+    except Exception as e:  # noqa: BLE001 - a hostile program is refused, never believed
+        raise PackageError(f"{path}: cannot read the program's signature from main.mlirb "
+                           f"({type(e).__name__}: {e}); refused") from None
 
 
 def _creator_metadata(path: str) -> dict:
@@ -69,9 +114,11 @@ class LoadedAIModel(LoadedFunction):
         if backend not in (None, "coreai"):
             raise ArgumentError(f"backend={backend!r}: an .aimodel runs on backend='coreai'")
         if _family is None:
-            check_asset(path)
+            digest, seen = check_asset(path)
+            _family = {"meta": _creator_metadata(path), "session": [None],
+                       "digest": digest, "seen": seen, "signatures": _signatures(path)}
         self.path, self.backend = path, "coreai"
-        package = _creator_metadata(path) if _family is None else _family["meta"]
+        package = _family["meta"]
         default, names = metadata.function_names(package)
         self.functions = names or ("main",)
         name = function or default or "main"
@@ -79,7 +126,7 @@ class LoadedAIModel(LoadedFunction):
             raise ArgumentError(f"{path} has functions {list(self.functions)}; "
                                 f"function={name!r} is none of them")
         self.function_name = name
-        self._family = _family or {"meta": package, "session": [None]}
+        self._family = _family
         self._family[name] = self
         meta = metadata.function_metadata(package, name)
         if metadata.IO not in meta:
@@ -88,6 +135,38 @@ class LoadedAIModel(LoadedFunction):
         self._describe(meta, (), ())
         self._state_rows = _state_rows(path, meta)
         self._shape_rows = _shape_rows(path, meta)
+        self._check_program(name)
+
+    def _check_program(self, name: str) -> None:
+        """What the metadata says of function ``name`` against its Core AI graph(s)."""
+        sigs, where = self._family["signatures"], f"{self.path} (function {name!r})"
+        graphs = ([(r["function"], r["sizes"]) for r in self._shape_rows]
+                  or [(name, {})])
+        package_check.check_functions(where, [g for g, _ in graphs], list(sigs))
+        for graph, sizes in graphs:
+            sig = sigs[graph]
+            package_check.check_specs(where, "inputs", self.input_specs, sig["inputs"], sizes)
+            package_check.check_specs(where, "outputs", self.output_specs, sig["outputs"],
+                                      sizes)
+            package_check.check_states(where, self._state_rows, sig["states"])
+
+    def _check_unchanged(self) -> None:
+        """Refuse to run a program changed on disk since it was loaded and checked (a
+        worker started later would load the changed file)."""
+        fam = self._family
+        try:
+            now = _fingerprint(_regular(self.path, "main.mlirb"))
+            if now != fam["seen"]:
+                if _digest(self.path) != fam["digest"]:
+                    raise PackageError(
+                        f"{self.path}: main.mlirb changed since rlxjax.load checked it: "
+                        "refused (load the package again to run the new program)")
+                fam["seen"] = now
+        except OSError as e:
+            if isinstance(e, PackageError):
+                raise
+            raise PackageError(f"{self.path}: its program cannot be read any more "
+                               f"({type(e).__name__}: {e}); load the package again") from None
 
     @property
     def state_names(self):
@@ -105,6 +184,7 @@ class LoadedAIModel(LoadedFunction):
         return runner
 
     def _run(self, feeds, state=None):
+        self._check_unchanged()
         return self._runner().run(feeds, state)
 
     def make_state(self, folder=None):

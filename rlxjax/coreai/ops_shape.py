@@ -17,7 +17,10 @@ reduce as Core AI's reductions do, sequentially):
   window's mask;
 * ``gather_nd`` is Core AI's; ``scatter_nd`` flattens the indexed dims to one and is a
   ``scatter_along_axis`` in the op's mode (Core AI's ``scatter_nd`` cannot combine);
-* ``cumsum`` is Core AI's ``scan`` with the ``sum`` combiner.
+* ``cumsum`` is Core AI's ``scan`` with the ``sum`` combiner for floats; an integer
+  ``scan`` that wraps around kills the runtime (SIGILL, measured on int32), so an integer
+  cumsum is a ``reduce_sum`` of the input times a triangular 0/1 mask (int32 sums wrap as
+  JAX's do, measured), refused by name past ``_INT_CUMSUM_LIMIT`` mask elements.
 """
 from __future__ import annotations
 
@@ -313,7 +316,27 @@ def _scatter_nd(ctx, node, ins):
     return ctx.reshape(out, xt.shape)
 
 
+#: the most elements an integer cumsum's masked product may have (n * n * the other dims)
+_INT_CUMSUM_LIMIT = 1 << 24
+
+
 @rule("cumsum")
 def _cumsum(ctx, node, ins):
-    return ctx.ca.scan(ins[0], ctx.const(np.uint32(node.params["axis"])),
-                       ctx.const(np.bool_(node.params["reverse"])), combiner="sum")
+    t, axis, reverse = _t(node), node.params["axis"], node.params["reverse"]
+    if t.dtype.is_float:
+        return ctx.ca.scan(ins[0], ctx.const(np.uint32(axis)), ctx.const(np.bool_(reverse)),
+                           combiner="sum")
+    shape = tuple(t.shape) or (1,)
+    axis, n = (axis if t.shape else 0), shape[axis if t.shape else 0]
+    size = int(np.prod(shape, dtype=np.int64)) * n
+    if size > _INT_CUMSUM_LIMIT:
+        raise unsupported(node, f"an integer cumsum over an axis of {n} ({size} mask elements "
+                          f"> {_INT_CUMSUM_LIMIT}): Core AI's integer scan dies when a sum "
+                          "wraps around, and the exact composition is quadratic in the axis; "
+                          "cumsum in float32, or over a shorter axis")
+    j, i = np.meshgrid(np.arange(n), np.arange(n))  # mask[i, j]: x[j] counts into out[i]
+    mask = (j >= i) if reverse else (j <= i)
+    mask = mask.astype(np.int32).reshape((1,) * axis + (n, n) + (1,) * (len(shape) - axis - 1))
+    x = ctx.reshape(ins[0], shape[:axis] + (1,) + shape[axis:])
+    out = ctx.reduce("sum", ctx.mul(x, ctx.const(mask)), [axis + 1])
+    return ctx.reshape(out, tuple(t.shape))

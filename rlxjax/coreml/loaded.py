@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from .. import package_check
 from ..errors import ArgumentError, PackageError, RlxError
 from ..loaded import LoadedFunction
 from ..runtime import REFERENCE_BACKENDS, resolve_backend
@@ -51,6 +53,9 @@ def _read_manifest(pkg: str) -> Tuple[str, Optional[str]]:
     if not os.path.isfile(mpath):
         raise PackageError(f"{pkg} has no {_MANIFEST}: not a Core ML package (or a "
                            "half-written one)")
+    if not _within(mpath, pkg) or not stat.S_ISREG(os.stat(mpath).st_mode):
+        raise PackageError(f"{mpath} is a link out of the package or no regular file: "
+                           "refused")
     if os.path.getsize(mpath) > _MAX_MANIFEST_BYTES:
         raise PackageError(f"{mpath} is implausibly large ({os.path.getsize(mpath)} bytes)")
     try:
@@ -69,6 +74,8 @@ def _read_manifest(pkg: str) -> Tuple[str, Optional[str]]:
     model_file = _inside(data, model_rel)
     if not os.path.isfile(model_file):
         raise PackageError(f"{pkg}: the model file {model_rel!r} named by the manifest is missing")
+    if not stat.S_ISREG(os.stat(model_file).st_mode):
+        raise PackageError(f"{pkg}: the model file {model_rel!r} is no regular file: refused")
     weights = None
     for entry in entries.values():
         if (isinstance(entry, dict) and entry.get("name") == "weights"
@@ -118,9 +125,11 @@ def _check_weight_references(pkg: str, model, weights_dir: Optional[str]) -> Non
             raise PackageError(f"{pkg}: the program reads weight file {name!r} but the "
                                "package has no weights folder")
         try:
-            weight_file_path(weights_dir, name)
+            full = weight_file_path(weights_dir, name)
         except ValueDecodeError as e:
             raise PackageError(f"{pkg}: {e}") from None
+        if os.path.exists(full) and not stat.S_ISREG(os.stat(full).st_mode):
+            raise PackageError(f"{pkg}: weight file {name!r} is no regular file: refused")
 
 
 def _parse_model(model_file: str):
@@ -136,6 +145,31 @@ def _parse_model(model_file: str):
         raise PackageError(f"{model_file} is not a valid Core ML model protobuf "
                            f"({type(e).__name__}: {e}); the file is truncated or corrupted") from None
     return model
+
+
+def program_rows(model, function: str, path: str):
+    """(inputs, outputs) of ``function`` as its MIL program declares them (package_check.py
+    rows: name, shape with None for an open dim, numpy dtype name); states left out."""
+    from ..runtime.reference.values import ValueDecodeError, tensor_signature
+    from .mil import function_block
+
+    def row(name, value_type):
+        dtype, shape = tensor_signature(value_type)
+        return name, tuple(shape) if shape is not None else (), np.dtype(dtype).name
+
+    try:
+        fn = model.mlProgram.functions[function]
+        ins = [row(v.name, v.type) for v in fn.inputs
+               if v.type.WhichOneof("type") != "stateType"]
+        types = {v.name: v.type for v in fn.inputs}
+        block = function_block(model, function)
+        for op in block.operations:
+            types.update((o.name, o.type) for o in op.outputs)
+        outs = [row(n, types[n]) for n in block.outputs]
+    except (KeyError, ValueDecodeError) as e:
+        raise PackageError(f"{path}: the ML Program of function {function!r} is malformed "
+                           f"({type(e).__name__}: {e})") from None
+    return ins, outs
 
 
 class LoadedModel(LoadedFunction):
@@ -156,7 +190,12 @@ class LoadedModel(LoadedFunction):
                 raise ArgumentError(f"{path} has functions {list(self.functions)}; "
                                     f"function={name!r} is none of them")
             self.package_spec = model
-            model = function_view(model, name)
+            try:
+                model = function_view(model, name)
+            except (KeyError, ValueError, TypeError, AttributeError) as e:
+                raise PackageError(f"{path}: the description or rlxjax.functions metadata of "
+                                   f"function {name!r} is malformed ({type(e).__name__}: "
+                                   f"{e})") from None
         elif function not in (None, "main"):
             raise ArgumentError(f"{path} is a single-function package (its function is "
                                 f"'main'); function={function!r} is not it")
@@ -170,6 +209,11 @@ class LoadedModel(LoadedFunction):
         self._describe(model.description.metadata.userDefined,
                        (f.name for f in model.description.input),
                        (f.name for f in model.description.output))
+        if self.input_specs is not None:  # rlxjax's metadata, checked against the program
+            ins, outs = program_rows(model, name, path)
+            where = path if name == "main" else f"{path} (function {name!r})"
+            package_check.check_specs(where, "inputs", self.input_specs, ins)
+            package_check.check_specs(where, "outputs", self.output_specs, outs)
         self.backend = resolve_backend(backend)
         if self.backend in REFERENCE_BACKENDS:
             from ..runtime.backends import reference_program

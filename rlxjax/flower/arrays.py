@@ -33,14 +33,24 @@ def to_arrays(tree) -> ArrayRecord:
     return ArrayRecord({n: Array(np.asarray(x)) for n, x in zip(names, leaves)})
 
 
-def from_arrays(record: ArrayRecord, like, where: str = "the Flower message"):
+def from_arrays(record: ArrayRecord, like, where: str = "the Flower message",
+                hint: str = "the server sent arrays of another model"):
     """The pytree of ``like`` read from ``record`` by name; each array is checked against
-    ``like``'s leaf (ArgumentError naming a missing, extra or mis-shaped array)."""
+    ``like``'s leaf (ArgumentError naming a missing, extra, mis-shaped or mis-typed array,
+    or one holding a NaN or an infinity)."""
     if not isinstance(record, ArrayRecord):
         raise ArgumentError(f"{where} carries no ArrayRecord of parameters")
-    stored = {name: arr.numpy() for name, arr in record.items()}
-    return check_named(stored, like, where, strict=True,
-                       hint="the server sent arrays of another model")
+    try:
+        stored = {name: arr.numpy() for name, arr in record.items()}
+    except Exception as e:  # noqa: BLE001 - undecodable bytes: a clear error, not a crash
+        raise ArgumentError(f"{where} holds an array that cannot be decoded "
+                            f"({type(e).__name__}: {e})") from None
+    tree = check_named(stored, like, where, strict=True, hint=hint)
+    for name, arr in stored.items():
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            raise ArgumentError(f"tensor '{name}' in {where} holds a NaN or an infinity: "
+                                "refused (a diverged or corrupted update)")
+    return tree
 
 
 def record_bytes(record: ArrayRecord) -> int:

@@ -8,6 +8,7 @@ count the bytes of the arrays each round sends and receives (``FederatedResult.b
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Union
 
@@ -18,6 +19,8 @@ from flwr.serverapp.strategy import Strategy
 from ..errors import ArgumentError
 from .arrays import from_arrays, record_bytes, to_arrays
 from .task import Task
+
+LOG = logging.getLogger("rlxjax.flower")
 
 
 @dataclass
@@ -46,18 +49,50 @@ class FederatedResult:
     bytes: Dict[int, RoundBytes] = field(default_factory=dict)
     evaluate_bytes: Dict[int, RoundBytes] = field(default_factory=dict)
     replies: Dict[int, List[Message]] = field(default_factory=dict)
+    #: per round, the train replies refused before aggregation: (node id, why)
+    dropped: Dict[int, List[tuple]] = field(default_factory=dict)
 
 
 class CountingGrid(Grid):
     """A Grid that forwards to ``grid`` and counts the array bytes of each exchange (train
-    exchanges are the rounds, in order); with ``keep_replies`` it keeps the train replies."""
+    exchanges are the rounds, in order); with ``keep_replies`` it keeps the train replies.
 
-    def __init__(self, grid: Grid, keep_replies: bool = False):
+    Given ``like`` (the trainable leaves), every train reply is checked before the strategy
+    sees it: each ArrayRecord must hold exactly the task's arrays by name, with their shapes
+    and dtypes, and finite values. A reply that does not is dropped - logged on the
+    ``rlxjax.flower`` logger with its node and the array at fault, listed in ``dropped`` -
+    and the round goes on with the others, as a node that failed (Flower's strategies
+    aggregate the replies they get; ``min_train_nodes`` still applies)."""
+
+    def __init__(self, grid: Grid, keep_replies: bool = False, like=None):
         self._grid = grid
         self.keep_replies = keep_replies
+        self.like = like
         self.train: Dict[int, RoundBytes] = {}
         self.evaluate: Dict[int, RoundBytes] = {}
         self.replies: Dict[int, List[Message]] = {}
+        self.dropped: Dict[int, List[tuple]] = {}
+
+    def _checked(self, rnd: int, replies: List[Message]) -> List[Message]:
+        """``replies`` without those whose arrays are not the task's (logged, kept in
+        ``dropped``)."""
+        if self.like is None:
+            return replies
+        kept = []
+        for m in replies:
+            if not m.has_error():
+                node = m.metadata.src_node_id
+                try:
+                    for name, record in m.content.array_records.items():
+                        from_arrays(record, self.like, f"the reply of node {node}",
+                                    hint="the node trained another model")
+                except ArgumentError as e:
+                    LOG.warning("rlxjax.flower: round %d: dropped the train reply of node "
+                                "%s before aggregation: %s", rnd, node, e)
+                    self.dropped.setdefault(rnd, []).append((node, str(e)))
+                    continue
+            kept.append(m)
+        return kept
 
     # -- counting ----------------------------------------------------------------------
     def send_and_receive(self, messages: Iterable[Message], *,
@@ -71,6 +106,7 @@ class CountingGrid(Grid):
         if kind == MessageType.TRAIN:
             rnd = len(self.train) + 1
             self.train[rnd] = RoundBytes(sent, got, len(replies))
+            replies = self._checked(rnd, replies)
             if self.keep_replies:
                 self.replies[rnd] = replies
         elif kind == MessageType.EVALUATE:
@@ -112,7 +148,7 @@ def run_strategy(task: Task, strategy: Strategy, grid: Grid, *, num_rounds: int,
         raise ArgumentError(f"strategy is {type(strategy).__name__}: pass a Flower strategy "
                             "(flwr.serverapp.strategy.FedAvg(...), ...)")
     like = task.initial_state().params
-    counting = CountingGrid(grid, keep_replies=keep_replies)
+    counting = CountingGrid(grid, keep_replies=keep_replies, like=like)
     result = strategy.start(grid=counting, initial_arrays=to_arrays(like),
                             num_rounds=num_rounds, timeout=timeout,
                             train_config=ConfigRecord(dict(train_config or {})),
@@ -121,7 +157,7 @@ def run_strategy(task: Task, strategy: Strategy, grid: Grid, *, num_rounds: int,
     final = result.arrays if result.arrays is not None and len(result.arrays) else None
     params = like if final is None else from_arrays(final, like, "the aggregated arrays")
     return FederatedResult(result, params, counting.train, counting.evaluate,
-                           counting.replies)
+                           counting.replies, counting.dropped)
 
 
 def server_app(task: Task, strategy: Union[Strategy, Callable[[Context], Strategy]], *,

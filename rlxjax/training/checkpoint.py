@@ -1,87 +1,225 @@
-"""Files a training run writes: checkpoints and the initial Core ML state for an app.
+"""Files a training run writes: checkpoints and the initial state for an app.
 
-Every file goes through rlxjax/atomic.py (staged, fsynced, renamed into place; a killed
-writer's leftovers are removed by the next write into the same folder).
+Everything is written atomically *as a whole* (rlxjax/atomic.py): a checkpoint is one
+``.npz`` file, staged and renamed into place; an ``export_state`` folder is built in a
+staging folder beside the destination and exchanged with it in one step, so a writer killed
+at any point leaves the previous export or the new one, never a mix. Each carries a
+manifest written last (the checkpoint's ``manifest`` member, the folder's ``state.json``)
+with every array's SHA-256, checked on read: a truncated, empty, byte-flipped or
+incomplete file is a ``PackageError`` naming it, never a raw ``BadZipFile`` / ``KeyError``
+or a state read from a mix of two exports. Readers touch only files inside the folder they
+are given: a state name that is no identifier (``../x``, an absolute path) or a state file
+that is a symlink or no regular file is refused.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import stat
+import zipfile
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from .. import atomic
-from ..errors import ArgumentError
+from ..errors import ArgumentError, PackageError, RlxError
+
+_MANIFEST = "manifest"
+_MAX_INDEX = 1 << 20  # state.json / a checkpoint's manifest: a few rows per leaf
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _sha(arr: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr).tobytes()).hexdigest()
 
 
 def save_checkpoint(path, step: int, leaves: Sequence[np.ndarray]) -> str:
     """Write ``leaves`` (parameters then optimizer state) and ``step`` to an ``.npz``
-    checkpoint atomically (a failure leaves the previous file or none)."""
+    checkpoint atomically (a failure leaves the previous file or none), its manifest (each
+    leaf's dtype, shape and SHA-256) last."""
     arrays = {f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)}
-    return atomic.write_file(path, lambda f: np.savez(f, step=np.int64(step), **arrays))
+    manifest = {"step": int(step), "leaves": [
+        {"dtype": a.dtype.name, "shape": list(a.shape), "sha256": _sha(a)}
+        for a in arrays.values()]}
+    blob = np.frombuffer(json.dumps(manifest).encode(), np.uint8)
+    return atomic.write_file(path, lambda f: np.savez(f, step=np.int64(step), **arrays,
+                                                      **{_MANIFEST: blob}))
+
+
+def _broken(path, why: str) -> PackageError:
+    return PackageError(f"checkpoint {path} cannot be read: {why}. It is not a complete "
+                        "checkpoint written by TrainState.save (truncated, damaged or another "
+                        "file): restore it from a copy or save it again")
 
 
 def load_checkpoint(path, like: Sequence[np.ndarray]) -> Tuple[int, List[np.ndarray]]:
-    """(step, leaves) of a checkpoint written by ``save_checkpoint``, checked against the
-    leaves ``like`` of the state it is loaded into."""
-    with np.load(os.fspath(path)) as z:
-        n = len([k for k in z.files if k.startswith("leaf_")])
-        if n != len(like):
-            raise ArgumentError(f"checkpoint {path} holds {n} arrays, the state "
-                                f"{len(like)}: it was written for another model or optimizer")
-        leaves = [z[f"leaf_{i}"] for i in range(n)]
-        for i, (a, b) in enumerate(zip(leaves, like)):
-            if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
-                raise ArgumentError(f"checkpoint array {i} is {a.dtype}{list(a.shape)}, the "
-                                    f"state wants {np.asarray(b).dtype}{list(np.shape(b))}")
-        return int(z["step"]), leaves
+    """(step, leaves) of a checkpoint written by ``save_checkpoint``, checked against its
+    manifest and against the leaves ``like`` of the state it is loaded into."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise PackageError(f"no checkpoint at {path}: write one with state.save(path)")
+    if os.path.getsize(path) == 0:
+        raise _broken(path, "the file is empty")
+    try:
+        with zipfile.ZipFile(path) as zf:  # every member's CRC, the .npy headers included
+            bad = zf.testzip()
+        if bad is not None:
+            raise _broken(path, f"member {bad} fails its CRC check")
+        with np.load(path, allow_pickle=False) as z:
+            files = set(z.files)
+            manifest = (json.loads(z[_MANIFEST].tobytes().decode())
+                        if _MANIFEST in files else None)
+            rows = manifest.get("leaves") if isinstance(manifest, dict) else None
+            if manifest is not None and not isinstance(rows, list):
+                raise _broken(path, "its manifest is malformed")
+            # with a manifest, its rows say how many arrays were written
+            n = len(rows) if rows is not None else len(
+                [k for k in files if k.startswith("leaf_")])
+            if n != len(like):
+                raise ArgumentError(f"checkpoint {path} holds {n} arrays, the state "
+                                    f"{len(like)}: it was written for another model or "
+                                    "optimizer")
+            missing = [k for k in ["step"] + [f"leaf_{i}" for i in range(n)] if k not in files]
+            if missing:
+                raise _broken(path, f"it lacks {missing}")
+            leaves = [z[f"leaf_{i}"] for i in range(n)]
+            step = int(z["step"])
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, TypeError,
+            UnicodeDecodeError) as e:
+        if isinstance(e, RlxError):
+            raise
+        raise _broken(path, f"{type(e).__name__}: {e}") from None
+    if manifest is not None:  # written by rlxjax >= this version; older ones have none
+        if manifest.get("step") != step:
+            raise _broken(path, "its manifest does not match its arrays")
+        for i, (a, r) in enumerate(zip(leaves, rows)):
+            if not isinstance(r, dict) or r.get("sha256") != _sha(a):
+                raise _broken(path, f"array {i} does not match its SHA-256 in the manifest")
+    for i, (a, b) in enumerate(zip(leaves, like)):
+        if a.shape != np.shape(b) or a.dtype != np.asarray(b).dtype:
+            raise ArgumentError(f"checkpoint array {i} is {a.dtype}{list(a.shape)}, the "
+                                f"state wants {np.asarray(b).dtype}{list(np.shape(b))}")
+    return step, leaves
 
 
 #: a state file's suffix and little-endian dtype, by the state's dtype (Core ML's states are
 #: fp16; Core AI's fp32 and int32)
 STATE_FILES = {"float16": (".f16", "<f2"), "float32": (".f32", "<f4"), "int32": (".i32", "<i4")}
+INDEX = "state.json"
+
+
+def _state_name(name, where) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise PackageError(f"{where}: state name {name!r} is not an identifier (a file name "
+                           "inside the folder): refused")
+    return name
 
 
 def write_state_files(folder, step: int, pieces: Dict[str, np.ndarray]) -> str:
     """``export_state``: one raw little-endian file per state (``<name>.f16`` for Core ML's
     fp16 states, ``.f32`` / ``.i32`` for Core AI's; from ``pieces``: state name -> values),
-    then ``state.json`` (names, shapes, dtypes, step), each written atomically into
-    ``folder``."""
-    folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
-    rows = []
-    for name, arr in pieces.items():
-        suffix, le = STATE_FILES[arr.dtype.name]
-        atomic.write_bytes(os.path.join(folder, name + suffix), arr.astype(le).tobytes())
-        rows.append({"name": name, "shape": list(arr.shape), "dtype": arr.dtype.name})
-    atomic.write_bytes(os.path.join(folder, "state.json"),
-                       json.dumps({"step": step, "states": rows}).encode())
-    return os.path.abspath(folder)
+    then ``state.json`` (names, shapes, dtypes, SHA-256 of each file, step), the folder
+    written as a whole: built beside ``folder`` and exchanged with it in one step. An
+    existing ``folder`` must be an earlier export (or empty): anything else is refused."""
+    folder = os.path.abspath(os.fspath(folder))
+    if os.path.lexists(folder):
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            raise PackageError(f"{folder} exists and is not a folder: export_state writes a "
+                               "folder; name a new one")
+        names = os.listdir(folder)
+        if names and INDEX not in names:
+            raise PackageError(f"{folder} holds files and is no export_state folder (no "
+                               f"{INDEX}): refusing to replace it; name a new or empty folder")
+    with atomic.staging_dir(os.path.dirname(folder)) as tmp:
+        staged = os.path.join(tmp, "state")
+        os.mkdir(staged)
+        rows = []
+        for name, arr in pieces.items():
+            suffix, le = STATE_FILES[arr.dtype.name]
+            data = np.ascontiguousarray(arr.astype(le)).tobytes()
+            atomic.write_bytes(os.path.join(staged, _state_name(name, folder) + suffix), data)
+            rows.append({"name": name, "shape": list(arr.shape), "dtype": arr.dtype.name,
+                         "sha256": hashlib.sha256(data).hexdigest()})
+        atomic.write_bytes(os.path.join(staged, INDEX),
+                           json.dumps({"step": step, "states": rows}).encode())
+        atomic.replace_dir(staged, folder)
+    return folder
+
+
+def _regular(path: str) -> os.stat_result:
+    """The stat of a file that must be a regular file (not a symlink, FIFO, device)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise PackageError(f"{path} is missing: the export_state folder is incomplete; "
+                           "export the state again") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise PackageError(f"{path} is a symbolic link or no regular file: an export_state "
+                           "folder's files must lie inside it; refused")
+    return st
+
+
+def _read_index(folder: str) -> list:
+    index = os.path.join(folder, INDEX)
+    if not os.path.lexists(index):
+        raise ArgumentError(f"{folder} is not an export_state folder (no {INDEX}): write "
+                            "one with step.export_state(state, folder)")
+    if _regular(index).st_size > _MAX_INDEX:
+        raise PackageError(f"{index} is implausibly large: not an export_state index")
+    try:
+        with open(index, "rb") as f:
+            rows = json.loads(f.read().decode("utf-8"))["states"]
+        if not isinstance(rows, list):
+            raise TypeError("'states' is not a list")
+        for r in rows:
+            shape = r["shape"]
+            if not isinstance(shape, list) or not all(
+                    type(d) is int and d >= 0 for d in shape):
+                raise ValueError(f"state {r.get('name')!r}: shape {shape!r}")
+            if r.get("dtype", "float16") not in STATE_FILES:
+                raise ValueError(f"state {r.get('name')!r} has dtype {r.get('dtype')!r}; "
+                                 f"expected one of {sorted(STATE_FILES)}")
+            _state_name(r["name"], index)
+    except PackageError:
+        raise
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise PackageError(f"{index} is malformed ({type(e).__name__}: {e}): not an index "
+                           "written by step.export_state; export the state again") from None
+    return rows
 
 
 def read_state_files(state, names, folder, optional=()) -> None:
     """Fill ``state`` (a loaded package's ``make_state()``) from an ``export_state`` folder:
     ``state.json`` must list exactly the package's states ``names``, each with its shape,
-    but for those in ``optional`` (a KV cache's: zero, an empty cache, when not listed)."""
+    but for those in ``optional`` (a KV cache's: zero, an empty cache, when not listed);
+    every file is checked (size, SHA-256 when the index has it) before any is written into
+    ``state``."""
     folder = os.fspath(folder)
-    index = os.path.join(folder, "state.json")
-    if not os.path.isfile(index):
-        raise ArgumentError(f"{folder} is not an export_state folder (no state.json): write "
+    if not os.path.isdir(folder):
+        raise ArgumentError(f"{folder} is not an export_state folder (not a folder): write "
                             "one with step.export_state(state, folder)")
-    rows = json.load(open(index))["states"]
+    rows = _read_index(folder)
     got = sorted(r["name"] for r in rows)
     if got != sorted(n for n in names if n not in optional or n in got):
         raise ArgumentError(f"{folder} holds states {got}; the package declares "
                             f"{sorted(names)}: export the state of the step this package "
                             "was saved from")
+    values = {}
     for r in rows:
-        if r.get("dtype", "float16") not in STATE_FILES:
-            raise ArgumentError(f"{folder}/state.json: state {r['name']} has dtype "
-                                f"{r.get('dtype')!r}; expected one of {sorted(STATE_FILES)}")
         suffix, le = STATE_FILES[r.get("dtype", "float16")]
-        raw = np.fromfile(os.path.join(folder, r["name"] + suffix), le)
-        if raw.size != int(np.prod(r["shape"])):
-            raise ArgumentError(f"{folder}/{r['name']}{suffix} holds {raw.size} values; "
-                                f"state.json says shape {r['shape']}")
-        state.write_state(r["name"], raw.reshape(r["shape"]))
+        path = os.path.join(folder, r["name"] + suffix)
+        size, want = _regular(path).st_size, int(np.prod(r["shape"])) * np.dtype(le).itemsize
+        if size != want:
+            raise ArgumentError(f"{path} holds {size // np.dtype(le).itemsize} values; "
+                                f"state.json says shape {r['shape']}: the folder is damaged "
+                                "or mixes two exports; export the state again")
+        with open(path, "rb") as f:
+            data = f.read(want + 1)
+        if "sha256" in r and hashlib.sha256(data).hexdigest() != r["sha256"]:
+            raise PackageError(f"{path} does not match its SHA-256 in state.json: the file "
+                               "was changed or damaged after export; export the state again")
+        values[r["name"]] = np.frombuffer(data, le).reshape(r["shape"])
+    for name, arr in values.items():
+        state.write_state(name, arr)

@@ -26,6 +26,7 @@ from .layout import MODES, leaf_struct, state_layout
 from .microbatch import micro_step_fn
 from .mlstate import host_pack, state_bindings
 from .program import TrainProgram, build_train_graph, compile_program
+from .interrupt import held_interrupt
 from .progress import progress_bar
 from .state import DeviceState, TrainState
 
@@ -140,9 +141,23 @@ class TrainStep(CoreMLFunction):
         program = self._program(state, batch)
         if self.state_mode == "mlstate":
             dev = self._device(state, program)
-            value = program.compiled(*batch, state=dev.handle)
-            dev.version += 1
-            new_state = TrainState(None, None, state.step + 1, device=dev, version=dev.version)
+            # the device's update and the step counter advance together (interrupt.py);
+            # a step that raises leaves ``state`` current (the device unchanged), and a
+            # Ctrl-C held until the step completed carries the new state and its value
+            new_state = None
+            try:
+                with held_interrupt():
+                    value = program.compiled(*batch, state=dev.handle)
+                    dev.version += 1
+                    new_state = TrainState(None, None, state.step + 1, device=dev,
+                                           version=dev.version)
+            except KeyboardInterrupt as e:
+                if new_state is not None:
+                    e.state, e.value = new_state, value
+                    e.add_note(f"rlxjax: the step completed before the interrupt: the "
+                               f"current TrainState (step {new_state.step}) is on this "
+                               "exception's .state (the one passed in is consumed)")
+                raise
         else:
             value, params, opt_state = program.compiled(state.params, state.opt_state, *batch)
             new_state = TrainState(params, opt_state, state.step + 1)
@@ -186,21 +201,35 @@ class TrainStep(CoreMLFunction):
 
     def fit(self, state: TrainState, batches: Iterable, steps: int, progress: bool = True):
         """Run ``steps`` steps over ``batches`` (an iterable of argument tuples, cycled);
-        returns (state, loss history). ``progress`` shows a tqdm bar on stderr (redrawn
+        returns (state, loss history). When a step raises (a bad batch, a dead worker, a
+        Ctrl-C), the exception carries ``.state`` (the TrainState after the last completed
+        step, current on the device in mlstate mode) and ``.history``. ``progress`` shows a tqdm bar on stderr (redrawn
         on a terminal or in a notebook, a line at most every 30 s in a log)."""
         history: List[float] = []
         batches = list(batches)
         if not batches:
             raise ArgumentError("fit needs at least one batch")
-        with progress_bar(steps, progress) as bar:
-            for i in range(steps):
-                b = batches[i % len(batches)]
-                b = b if isinstance(b, tuple) else (b,)
-                out = self(state, *b)
-                state, loss = out[0], float(out[1])
-                history.append(loss)
-                bar.set_postfix_str(f"loss {loss:.5g}", refresh=False)
-                bar.update(1)
+        try:
+            with progress_bar(steps, progress) as bar:
+                for i in range(steps):
+                    b = batches[i % len(batches)]
+                    b = b if isinstance(b, tuple) else (b,)
+                    out = self(state, *b)
+                    state, loss = out[0], float(out[1])
+                    history.append(loss)
+                    bar.set_postfix_str(f"loss {loss:.5g}", refresh=False)
+                    bar.update(1)
+        except BaseException as e:  # an error or a Ctrl-C: the completed steps stay reachable
+            done = getattr(e, "state", None)  # a step that completed under a held Ctrl-C
+            if isinstance(done, TrainState) and done.step == state.step + 1:
+                state = done
+                history.append(float(np.asarray(e.value if not self.has_aux
+                                                else e.value[0]).reshape(-1)[0]))
+            e.state, e.history = state, history
+            e.add_note(f"rlxjax: fit stopped after {len(history)} completed steps; the state "
+                       "after the last one is on this exception's .state (step "
+                       f"{state.step}), the losses on .history")
+            raise
         return state, history
 
     def save(self, path, predict=None, *, functions=None, state=1,

@@ -37,6 +37,13 @@ def test_demo_trains_matches_jax_and_writes_packages(tmp_path, capsys):
     assert "[opt_state]" in text and "[batch]" in text and "[loss]" in text
     assert "MIL ops:" in text and "matmul" in text
 
+    # the Core AI program the demo wrote (when rlxjax[coreai] is installed) inspects too
+    if (out / "train_step.aimodel").is_dir():
+        assert main(["inspect", str(out / "train_step.aimodel")]) == 0
+        text = capsys.readouterr().out
+        assert "functions (2): train_step (default), predict" in text
+        assert "[batch]" in text and "[loss]" in text and "Core AI ops:" in text
+
     # inspect the exported inference model: no training roles
     assert main(["inspect", str(out / "digits.mlpackage")]) == 0
     text = capsys.readouterr().out
@@ -61,7 +68,7 @@ def test_inspect_bad_path_is_one_line_exit_2(tmp_path, capsys, kind):
     err = captured.err.strip()
     assert err.startswith("rlxjax inspect: ") and "\n" not in err
     assert "Traceback" not in captured.err and captured.out == ""
-    assert {"missing": "no such file or directory", "file": "not a Core ML package",
+    assert {"missing": "no such file or directory", "file": "not a package",
             "corrupt": "cannot read the Core ML package"}[kind] in err
 
 

@@ -130,10 +130,11 @@ def test_module_that_fails_to_import(tmp_path, monkeypatch, capsys):
     assert "not_installed_pkg_xyz" in err
 
 
-def test_output_must_be_an_mlpackage(module, capsys):
+def test_output_must_be_an_mlpackage_or_aimodel(module, capsys):
     assert main(["compile", f"{module}:loss", "--example", "f32[4,3]", "f32[8,4]",
                  "-o", "model.zip"]) == 2
-    assert "must be a .mlpackage path" in capsys.readouterr().err
+    assert "must be a .mlpackage (Core ML) or .aimodel (Core AI) path" in \
+        capsys.readouterr().err
 
 
 def test_parse_example():

@@ -133,7 +133,9 @@ def test_sigkill_during_export_state_keeps_previous_and_next_write_cleans(tmp_pa
         with open(os.path.join(good, name), "rb") as a, \
                 open(os.path.join(folder, name), "rb") as b:
             assert a.read() == b.read(), name
-    leftovers = [n for n in os.listdir(folder) if n.startswith(".")]
+    assert not [n for n in os.listdir(folder) if n.startswith(".")]
+    # the export is staged beside the folder (exchanged with it as a whole)
+    leftovers = [n for n in os.listdir(tmp_path) if n.startswith(".")]
     assert leftovers and all(atomic.staging_pid(n) == proc.pid for n in leftovers), leftovers
 
     # the next export into the folder removes the killed writer's staging file
@@ -141,6 +143,7 @@ def test_sigkill_during_export_state_keeps_previous_and_next_write_cleans(tmp_pa
     st, _ = step(step.init(PARAMS, X), X)
     step.export_state(st, folder)
     assert not [n for n in os.listdir(folder) if n.startswith(".")]
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
     info = json.loads(open(os.path.join(folder, "state.json")).read())
     assert info["step"] == 1 and sorted(os.listdir(folder)) == sorted(os.listdir(good))
     shutil.rmtree(good)

@@ -279,11 +279,18 @@ class ReferenceProgram:
                 raise ReferenceRuntimeError(
                     f"the program has states {list(self.state_signatures)}: pass "
                     "state=program.make_state()")
-            env.update(state.bind(self))
+            bound = state.bind(self)
+            # the run writes copies, committed when it completes: a run stopped by an
+            # error or a Ctrl-C leaves the state as it was (a training step's last step)
+            work = {n: b.copy() for n, b in bound.items()}
+            env.update(work)
         env.update(self.constants)
         # Inf / NaN are legitimate results of the simulated arithmetic: no numpy warnings.
         with np.errstate(all="ignore"):
             values = self._run_function(env)
+        if state is not None:
+            for n, b in bound.items():
+                b[...] = work[n]
         # Copies: outputs must not alias feeds, consts or each other.
         return {n: np.array(v, copy=True) for n, v in zip(self.output_names, values)}
 
