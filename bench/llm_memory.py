@@ -13,8 +13,10 @@ LoRA step (rank 8 on q and v, adam, sequence 128, batch 1), each in a fresh proc
 Every process first builds the model's fp32 parameters (numpy, what a user holds) and then
 compiles. Printed per row: the parameters' bytes, the process's peak RSS after building
 them (``build``), its peak RSS at the end (``peak``: ``resource.getrusage`` ``ru_maxrss``),
-the seconds the compile (and save) took and the package's size; then each rlxjax row's peak
-and time as a ratio to the XLA row of the same shape, measured in the same run.
+the seconds the compile (and save) took, the package's size, the memory rlxjax's check
+estimated the compile would need beyond the parameters (rlxjax/training/budget.py: compare
+it with peak - build), then each rlxjax row's peak and time as a ratio to the XLA row of
+the same shape, measured in the same run.
 
 Run: ``python bench/llm_memory.py [--models qwen2.5-0.5b,llama-3.2-1b]
 [--rows xla,mlpackage:int8,aimodel:int8] [--layers N]`` - at 0.5B and up under
@@ -61,7 +63,7 @@ def run_row(model_name: str, row: str, layers) -> dict:
     nbytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree))
     built = _peak_mib()
     loss = lora_loss(model)
-    size = 0
+    size = est = 0
     t0 = time.perf_counter()
     if row == "xla":
         opt = optax.adam(1e-3)
@@ -77,7 +79,11 @@ def run_row(model_name: str, row: str, layers) -> dict:
     else:
         import rlxjax
 
+        from rlxjax.training.budget import estimate
+
         fmt, scheme = row.split(":")
+        est = estimate(jax.tree.leaves(tree["base"]), None if scheme == "none" else scheme,
+                       fmt) / 2 ** 20
         target = "iOS18" if fmt == "mlpackage" else None
         step = rlxjax.coreml_train_step(loss, optax.adam(1e-3), trainable=rlxjax.lora.TRAINABLE,
                                         compress=None if scheme == "none" else scheme,
@@ -92,7 +98,7 @@ def run_row(model_name: str, row: str, layers) -> dict:
             shutil.rmtree(folder, ignore_errors=True)
     secs = time.perf_counter() - t0
     return dict(model=model_name, row=row, params_mib=nbytes / 2 ** 20, build_mib=built,
-                peak_mib=_peak_mib(), secs=secs, package_mib=size / 2 ** 20)
+                peak_mib=_peak_mib(), secs=secs, package_mib=size / 2 ** 20, estimate_mib=est)
 
 
 def _child(model_name: str, row: str, layers) -> dict:
@@ -110,7 +116,7 @@ def _child(model_name: str, row: str, layers) -> dict:
 
 def table(results) -> str:
     out = [f"{'model':<14} {'row':<16} {'params MiB':>10} {'build MiB':>9} {'peak MiB':>9} "
-           f"{'compile s':>9} {'package MiB':>11} {'peak/XLA':>8} {'s/XLA':>6}"]
+           f"{'compile s':>9} {'package MiB':>11} {'est. MiB':>8} {'peak/XLA':>8} {'s/XLA':>6}"]
     xla = {r["model"]: r for r in results if r["row"] == "xla" and "error" not in r}
     for r in results:
         if "error" in r:
@@ -121,7 +127,7 @@ def table(results) -> str:
                  if x and r["row"] != "xla" else f"{'':>8} {'':>6}")
         out.append(f"{r['model']:<14} {r['row']:<16} {r['params_mib']:>10,.0f} "
                    f"{r['build_mib']:>9,.0f} {r['peak_mib']:>9,.0f} {r['secs']:>9.2f} "
-                   f"{r['package_mib']:>11,.1f} {ratio}")
+                   f"{r['package_mib']:>11,.1f} {r.get('estimate_mib', 0):>8,.0f} {ratio}")
     return "\n".join(out)
 
 

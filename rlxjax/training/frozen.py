@@ -17,6 +17,7 @@ from ..transforms.rewrite import substitute
 from ..weightstore import MIN_BYTES, WeightStore
 from .layout import leaf_struct
 from .nnx_filter import nnx_filter_mask
+from .budget import check_frozen_budget
 from .progress import progress_items
 
 #: the params of a weight node that hold arrays (rlxjax/ir/weight.py)
@@ -142,8 +143,10 @@ class FrozenSplit:
         mask = resolve_mask(trainable, params)
         flat, treedef = jax.tree_util.tree_flatten_with_path(params)
         names, values, weights, rows = [], [], [], []
-        store = WeightStore()
         frozen = [(path, leaf) for (path, leaf), m in zip(flat, mask) if not m]
+        check_frozen_budget((leaf for _, leaf in frozen), compress,
+                            getattr(fmt, "name", "mlpackage"))
+        store = WeightStore()
         for path, leaf in progress_items(frozen, "baking frozen weights"):
             name = path_name("params", path)
             value, weight, row = bake_leaf(name, leaf, compress, fmt, store)

@@ -198,3 +198,30 @@ def test_memory_analysis_of_a_core_ai_jit_program():
 def test_compress_without_trainable_is_still_refused():
     with pytest.raises(ArgumentError, match="trainable="):
         rlxjax.coreml_train_step(_loss, optax.adam(1e-3), compress="int8")
+
+
+# -- a clear error before an out-of-memory ------------------------------------------------
+
+def test_init_refuses_a_base_the_machine_cannot_bake_and_the_check_can_be_skipped(
+        monkeypatch):
+    from rlxjax.training import budget
+
+    params, (x, y) = _params(), _batch()
+    monkeypatch.setattr(budget, "available_bytes", lambda: 64 << 20)
+    for fmt in FORMATS:
+        with pytest.raises(budget.OutOfMemoryRisk, match="0.1 GiB available"):
+            _step(fmt).init(params, x, y)
+    monkeypatch.setenv(budget.ENV, "0")
+    _step("mlpackage").init(params, x, y)
+
+
+def test_the_estimate_counts_what_core_ai_holds_from_the_leaf_shapes():
+    from rlxjax.training.budget import GRAPH_SHARE, OVERHEAD, PIECE, estimate
+
+    leaves = [np.zeros((1000, 300), np.float32), np.zeros(300, np.float32)]
+    base = OVERHEAD + 2 * PIECE + int(GRAPH_SHARE * 1_201_200)
+    # Core ML: the largest leaf's payload (one byte a value with int8) at a time
+    assert estimate(leaves, "int8", "mlpackage") == base + 300_000
+    # Core AI: and twice every stored payload (the vector stays fp32)
+    assert estimate(leaves, "int8", "aimodel") == base + 300_000 + 2 * (300_000 + 1200)
+    assert estimate(leaves, None, "aimodel") == base + 1_200_000 + 2 * 1_201_200
