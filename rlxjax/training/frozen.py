@@ -110,6 +110,26 @@ def bake_leaf(name: str, leaf, compress: Optional[str], fmt=None, store=None):
     return value, dict(value=value, name=name, **payload), report
 
 
+def bake_leaves(named, compress: Optional[str], fmt):
+    """``bake_leaf`` of each ``(name, leaf)`` through one weight store: (values, weight
+    params, report rows), the arrays read-only views of the store's file. Checks first that
+    the machine has the memory for it (budget.py); a tqdm bar shows on a long bake."""
+    check_frozen_budget((leaf for _, leaf in named), compress,
+                        getattr(fmt, "name", "mlpackage"))
+    store = WeightStore()
+    values, weights, rows = [], [], []
+    for name, leaf in progress_items(named, "baking frozen weights"):
+        value, weight, row = bake_leaf(name, leaf, compress, fmt, store)
+        values.append(value)
+        weights.append(weight)
+        rows.append(row)
+    store.seal()  # the handles become read-only views of the store's file
+    values = [_viewed(store, v) for v in values]
+    weights = [{k: _viewed(store, v) if k in _ARRAYS else v for k, v in w.items()}
+               for w in weights]
+    return values, weights, rows
+
+
 def _measured(chunks, meter):
     for start, stop, rows in chunks:
         meter.add(start, stop, rows)
@@ -142,23 +162,10 @@ class FrozenSplit:
         """``fmt``: the format whose scheme compresses the frozen leaves."""
         mask = resolve_mask(trainable, params)
         flat, treedef = jax.tree_util.tree_flatten_with_path(params)
-        names, values, weights, rows = [], [], [], []
-        frozen = [(path, leaf) for (path, leaf), m in zip(flat, mask) if not m]
-        check_frozen_budget((leaf for _, leaf in frozen), compress,
-                            getattr(fmt, "name", "mlpackage"))
-        store = WeightStore()
-        for path, leaf in progress_items(frozen, "baking frozen weights"):
-            name = path_name("params", path)
-            value, weight, row = bake_leaf(name, leaf, compress, fmt, store)
-            names.append(name)
-            values.append(value)
-            weights.append(weight)
-            rows.append(row)
-        store.seal()  # the handles become read-only views of the store's file
-        values = [_viewed(store, v) for v in values]
-        weights = [{k: _viewed(store, v) if k in _ARRAYS else v for k, v in w.items()}
-                   for w in weights]
-        return cls(treedef, mask, names, values, weights,
+        named = [(path_name("params", path), leaf)
+                 for (path, leaf), m in zip(flat, mask) if not m]
+        values, weights, rows = bake_leaves(named, compress, fmt)
+        return cls(treedef, mask, [n for n, _ in named], values, weights,
                    CompressionReport(compress, tuple(rows)))
 
     def trainable_tree(self, params):
