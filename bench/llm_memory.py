@@ -97,8 +97,13 @@ def run_row(model_name: str, row: str, layers) -> dict:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     secs = time.perf_counter() - t0
-    return dict(model=model_name, row=row, params_mib=nbytes / 2 ** 20, build_mib=built,
-                peak_mib=_peak_mib(), secs=secs, package_mib=size / 2 ** 20, estimate_mib=est)
+    out = dict(model=model_name, row=row, params_mib=nbytes / 2 ** 20, build_mib=built,
+               peak_mib=_peak_mib(), secs=secs, package_mib=size / 2 ** 20, estimate_mib=est)
+    if row != "xla":  # after the peak is read: memory_analysis's stored / materialised weights
+        m = step.memory_analysis()
+        out.update(stored_mib=m.weight_stored_in_bytes / 2 ** 20,
+                   materialised_mib=m.weight_size_in_bytes / 2 ** 20)
+    return out
 
 
 def _child(model_name: str, row: str, layers) -> dict:
@@ -128,6 +133,13 @@ def table(results) -> str:
         out.append(f"{r['model']:<14} {r['row']:<16} {r['params_mib']:>10,.0f} "
                    f"{r['build_mib']:>9,.0f} {r['peak_mib']:>9,.0f} {r['secs']:>9.2f} "
                    f"{r['package_mib']:>11,.1f} {r.get('estimate_mib', 0):>8,.0f} {ratio}")
+    rows = [r for r in results if "stored_mib" in r]
+    if rows:
+        out += ["", "memory_analysis() of each step: weights stored (package) / materialised "
+                "(run time), MiB"]
+        out += [f"{r['model']:<14} {r['row']:<16} {r['stored_mib']:>10,.1f} "
+                f"{r['materialised_mib']:>10,.1f}   package {r['package_mib']:,.1f}"
+                for r in rows]
     return "\n".join(out)
 
 
@@ -145,7 +157,7 @@ def main(argv=None) -> None:
     for m in args.models.split(","):
         for row in args.rows.split(","):
             results.append(_child(m, row, args.layers))
-            print(table(results[-1:]).splitlines()[-1], flush=True)
+            print(table(results[-1:]).splitlines()[1], flush=True)
     print()
     print(table(results))
 

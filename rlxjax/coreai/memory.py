@@ -5,7 +5,8 @@ Weights, as for Core ML (rlxjax/coreml/memory.py):
 
 * **stored**: every ``coreai.constant`` - the bytes the ``.aimodel`` holds (a compressed
   frozen weight's int8 / uint8 payload and its scales or look-up table, rlxjax/coreai/
-  weights.py);
+  weights.py); a splat (one repeated value: the zero points) is one value, and equal
+  dense constants, which MLIR keeps once, count once;
 * **materialised**: what the program computes with - a constant read by an ordinary op,
   and the fp32 result of a decompression (``blockwise_shift_scale``, ``lut_to_dense`` or
   ``cast`` of constants alone), counted as held for the whole call like a Core ML
@@ -46,6 +47,14 @@ def type_bytes(t, where: str) -> int:
     return (n * (8 if bits == 1 else bits) + 7) // 8
 
 
+def _elements(t) -> int:
+    m = _TENSOR.search(str(t))
+    n = 1
+    for d in (m.group(1).split("x") if m else ()):
+        n *= int(d) if d and d != "?" else 1
+    return n
+
+
 class Reader:
     def __init__(self):
         self.names: Dict[object, str] = {}
@@ -55,6 +64,7 @@ class Reader:
         self.weight_names = set()  # constants and decompressed weights: held, not ops
         self.updated = set()
         self.sizes: Dict[str, int] = {}  # constant -> bytes
+        self.seen = set()  # the constants' attributes counted
 
     def name(self, value) -> str:
         n = self.names.get(value)
@@ -69,7 +79,7 @@ class Reader:
                      for r in op.results)
         reads = tuple(self.name(v) for v in op.operands)
         if kind == "constant":
-            self.stored += sum(b for _, b in outs)
+            self.stored += self._stored_bytes(op, outs)
             self.weight_names.update(n for n, _ in outs)
             self.constants.update(n for n, _ in outs)
             self.sizes.update(outs)
@@ -83,6 +93,19 @@ class Reader:
             self.updated.add(reads[0])
         blocks = tuple(self.block(b) for r in op.regions for b in r.blocks)
         return memory.Op(reads, outs, blocks, loop="while" in kind)
+
+    def _stored_bytes(self, op, outs) -> int:
+        """Bytes the asset stores for a constant: one element for a splat (a tensor of
+        one repeated value: Core AI's zero points), nothing for a value already counted
+        (MLIR keeps one copy of equal dense constants), else its tensor's bytes."""
+        attr = op.attributes["value"] if "value" in op.attributes else None
+        if attr is not None:
+            if attr in self.seen:
+                return 0
+            self.seen.add(attr)
+            if getattr(attr, "is_splat", False):
+                return max(1, outs[0][1] // max(1, _elements(op.results[0].type)))
+        return sum(b for _, b in outs)
 
     def block(self, blk) -> memory.Block:
         ops = list(blk.operations)
