@@ -220,8 +220,9 @@ class MilBuilder:
             if self._blob is None:
                 self._blob = self._blob_writer_factory()
             flat = np.ascontiguousarray(arr).reshape(-1)
-            offset = (self._blob.write_int4_data(flat.astype(np.int8)) if kind == "int4"
-                      else self._blob.write_uint4_data(flat.astype(np.uint8)))
+            # (no copy of data already int8 / uint8: a 1B model's embedding is 250 MiB)
+            offset = (self._blob.write_int4_data(np.asarray(flat, np.int8)) if kind == "int4"
+                      else self._blob.write_uint4_data(np.asarray(flat, np.uint8)))
             release(arr)
             return blob_file_value(f"@model_path/weights/{WEIGHT_FILE}", offset, arr.shape,
                                    _SUB_BYTE[kind])
