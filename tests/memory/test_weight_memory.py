@@ -225,3 +225,19 @@ def test_the_estimate_counts_what_core_ai_holds_from_the_leaf_shapes():
     # Core AI: and twice every stored payload (the vector stays fp32)
     assert estimate(leaves, "int8", "aimodel") == base + 300_000 + 2 * (300_000 + 1200)
     assert estimate(leaves, None, "aimodel") == base + 1_200_000 + 2 * 1_201_200
+
+
+def test_baking_progress_is_silent_when_quick_and_a_line_in_a_log_when_slow(monkeypatch):
+    import io
+
+    from rlxjax.training import progress
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    log = io.StringIO()
+    assert list(progress.progress_items([1, 2, 3], "baking", stream=log)) == [1, 2, 3]
+    assert log.getvalue() == ""  # done before TASK_DELAY: no bar
+    monkeypatch.setattr(progress, "TASK_DELAY", 0.0)
+    monkeypatch.setattr(progress, "LOG_INTERVAL", 0.0)
+    assert list(progress.progress_items([1, 2, 3], "baking", stream=log)) == [1, 2, 3]
+    lines = log.getvalue().splitlines()
+    assert lines and all("\r" not in ln for ln in lines) and "baking" in lines[-1]
