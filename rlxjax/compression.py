@@ -23,6 +23,17 @@ def compressible(arr) -> bool:
 CHUNK = 1 << 20
 
 
+def row_runs(shape, block: int = 1):
+    """``(start, stop)`` runs of rows (axis 0) of an array of ``shape``, about ``CHUNK``
+    elements each, a multiple of ``block`` rows."""
+    rows = shape[0]
+    per_row = max(1, int(np.prod(shape[1:], dtype=np.int64)))
+    step = max(1, CHUNK // per_row)
+    step = max(block, step - step % block)
+    for start in range(0, rows, step):
+        yield start, min(rows, start + step)
+
+
 @dataclass(frozen=True)
 class Compressed:
     """One weight as a scheme stores it. The values it decompresses to (``value``, in the
@@ -48,12 +59,7 @@ class Compressed:
 
     def value_chunks(self):
         """``(start, stop, value[start:stop])`` over axis 0, about ``CHUNK`` elements each."""
-        rows = self.data.shape[0]
-        per_row = max(1, self.data.size // max(rows, 1))
-        step = max(1, CHUNK // per_row)
-        step = max(self.row_block, step - step % self.row_block)
-        for start in range(0, rows, step):
-            stop = min(rows, start + step)
+        for start, stop in row_runs(self.data.shape, self.row_block):
             yield start, stop, self.value_rows(start, stop)
 
     @property

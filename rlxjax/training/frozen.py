@@ -10,7 +10,7 @@ from typing import Any, List, Optional
 import jax
 import numpy as np
 
-from ..compression import CompressionReport, ErrorMeter, leaf_report
+from ..compression import CompressionReport, ErrorMeter, error_of, leaf_report, row_runs
 from ..errors import ArgumentError
 from ..frontend import Traced, path_name
 from ..transforms.rewrite import substitute
@@ -101,7 +101,9 @@ def bake_leaf(name: str, leaf, compress: Optional[str], fmt=None, store=None):
         return value, weight, leaf_report(name, arr, None)
     if store is None:
         value = c.value
-        return value, dict(value=value, name=name, **c.params()), leaf_report(name, arr, c)
+        error = error_of(arr, ((a, b, value[a:b]) for a, b in row_runs(arr.shape)))
+        return value, dict(value=value, name=name, **c.params()), \
+            leaf_report(name, arr, c, error)
     meter = ErrorMeter(arr)
     value = store.put_chunks(arr.shape, np.float32, _measured(c.value_chunks(), meter))
     payload = {k: _stored(store, v) if isinstance(v, np.ndarray) else v
