@@ -7,8 +7,8 @@ graph's ``weight`` node carries (rlxjax/ir/weight.py); ``leaf_report`` and
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -19,15 +19,48 @@ def compressible(arr) -> bool:
     return arr.dtype.kind == "f" and arr.ndim >= 2 and arr.size > 0
 
 
+#: elements per piece when a weight is dequantised or compared piece by piece
+CHUNK = 1 << 20
+
+
+def row_runs(shape, block: int = 1):
+    """``(start, stop)`` runs of rows (axis 0) of an array of ``shape``, about ``CHUNK``
+    elements each, a multiple of ``block`` rows."""
+    rows = shape[0]
+    per_row = max(1, int(np.prod(shape[1:], dtype=np.int64)))
+    step = max(1, CHUNK // per_row)
+    step = max(block, step - step % block)
+    for start in range(0, rows, step):
+        yield start, min(rows, start + step)
+
+
 @dataclass(frozen=True)
 class Compressed:
-    """One weight as a scheme stores it, and the values it decompresses to."""
+    """One weight as a scheme stores it. The values it decompresses to (``value``, in the
+    original dtype) are computed from the payload when asked for - whole, or a run of rows
+    along axis 0 at a time (``value_rows``, ``value_chunks``) - never held beside it."""
 
     scheme: str
-    value: np.ndarray                 # the dequantised values (the original dtype)
     data: np.ndarray                  # fp16 values / int8 (int4 range) / uint8 LUT indices
     scale: Optional[np.ndarray] = None
     lut: Optional[np.ndarray] = None
+    dequantise: Optional[Callable] = field(default=None, compare=False, repr=False)
+    #: the rows of a piece must be a multiple of this (int4: the scale's block on axis 0)
+    row_block: int = 1
+
+    @property
+    def value(self) -> np.ndarray:
+        """The dequantised values, whole (what the program computes with)."""
+        return self.value_rows(0, self.data.shape[0] if self.data.ndim else 1)
+
+    def value_rows(self, start: int, stop: int) -> np.ndarray:
+        """``value[start:stop]`` (axis 0), computed from those rows of the payload alone."""
+        return self.dequantise(self, start, stop)
+
+    def value_chunks(self):
+        """``(start, stop, value[start:stop])`` over axis 0, about ``CHUNK`` elements each."""
+        for start, stop in row_runs(self.data.shape, self.row_block):
+            yield start, stop, self.value_rows(start, stop)
 
     @property
     def stored_bytes(self) -> int:
@@ -66,15 +99,41 @@ class LeafReport:
                     max_abs_error=self.max_abs_error, rel_error=self.rel_error)
 
 
-def leaf_report(name: str, original: np.ndarray, c: Optional[Compressed]) -> LeafReport:
+def leaf_report(name: str, original: np.ndarray, c: Optional[Compressed],
+                error: Optional[Tuple[float, float]] = None) -> LeafReport:
+    """What ``c`` did to ``original``; ``error``: its ``error_of`` if already known."""
     original = np.asarray(original)
     if c is None:
         return LeafReport(name, "none", original.shape, original.nbytes, original.nbytes,
                           0.0, 0.0)
-    err = float(np.max(np.abs(c.value.astype(np.float64) - original))) if original.size else 0.0
-    peak = float(np.max(np.abs(original))) if original.size else 0.0
+    err, peak = error if error is not None else error_of(
+        original, ((a, b, v) for a, b, v in c.value_chunks()))
     return LeafReport(name, c.scheme, original.shape, original.nbytes, c.stored_bytes, err,
                       err / peak if peak > 0 else 0.0)
+
+
+class ErrorMeter:
+    """max |dequantised - original| (in float64, exactly) and max |original|, fed a run of
+    rows at a time, so that no float64 copy of a whole weight is made."""
+
+    def __init__(self, original: np.ndarray):
+        self.original = original
+        self.err = 0.0
+        self.peak = 0.0
+
+    def add(self, start: int, stop: int, value: np.ndarray) -> None:
+        o = self.original[start:stop]
+        if o.size:
+            self.err = max(self.err, float(np.max(np.abs(value.astype(np.float64) - o))))
+            self.peak = max(self.peak, float(np.max(np.abs(o))))
+
+
+def error_of(original: np.ndarray, chunks) -> Tuple[float, float]:
+    """(max abs error, max |original|) of the ``(start, stop, value rows)`` ``chunks``."""
+    meter = ErrorMeter(original)
+    for start, stop, value in chunks:
+        meter.add(start, stop, value)
+    return meter.err, meter.peak
 
 
 @dataclass(frozen=True)

@@ -68,12 +68,16 @@ class ValueProgram:
     updated_states: FrozenSet[str]      # the states the program writes (in place)
     weights: int                        # bytes of every constant as the program holds it
     body: Block
+    stored_weights: int = 0             # bytes of the constants as the package stores them
 
 
 @dataclass(frozen=True)
 class MemoryStats:
     """JAX's ``CompiledMemoryStats`` fields (bytes), plus the program's weights and states.
-    ``alias_size_in_bytes``: states the program updates in place."""
+    ``alias_size_in_bytes``: states the program updates in place. ``weight_size_in_bytes``:
+    the weights as the program computes with them, materialised when it runs (a compressed
+    weight decompressed); ``weight_stored_in_bytes``: as its package stores them (the
+    compressed payloads: what the weight file holds)."""
 
     argument_size_in_bytes: int
     output_size_in_bytes: int
@@ -83,6 +87,7 @@ class MemoryStats:
     state_size_in_bytes: int
     peak_memory_in_bytes: int
     temp_outside_outputs_in_bytes: int = 0
+    weight_stored_in_bytes: int = 0
     generated_code_size_in_bytes: int = 0
     host_argument_size_in_bytes: int = 0
     host_output_size_in_bytes: int = 0
@@ -93,7 +98,8 @@ class MemoryStats:
         return {k: getattr(self, k) for k in (
             "argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
             "temp_size_in_bytes", "weight_size_in_bytes", "state_size_in_bytes",
-            "peak_memory_in_bytes", "temp_outside_outputs_in_bytes")}
+            "peak_memory_in_bytes", "temp_outside_outputs_in_bytes",
+            "weight_stored_in_bytes")}
 
     def __str__(self) -> str:
         return ", ".join(f"{k.replace('_size_in_bytes', '').replace('_in_bytes', '')} "
@@ -175,4 +181,5 @@ def analyse(program: ValueProgram) -> MemoryStats:
         weight_size_in_bytes=program.weights,
         state_size_in_bytes=states,
         peak_memory_in_bytes=held + everything,
-        temp_outside_outputs_in_bytes=max(0, everything - outputs))
+        temp_outside_outputs_in_bytes=max(0, everything - outputs),
+        weight_stored_in_bytes=program.stored_weights)

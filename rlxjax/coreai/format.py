@@ -130,6 +130,11 @@ class CoreAIExecutable(Executable):
     def as_text(self) -> str:
         return str(self.spec)
 
+    def memory_program(self):
+        from .memory import value_program
+
+        return value_program(self.spec)
+
 
 class CoreAIFormat(Format):
     name = "aimodel"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..weightstore import release
 from .ops_base import NP, carried, rule
 
 
@@ -30,9 +31,13 @@ def _weight(ctx, node, ins):
     scheme = p["scheme"]
     if scheme == "none":
         value = p["value"].astype(NP[t.dtype], copy=False)  # fp16: rounded, then carried
-        return ctx.const(value.astype(NP[carried(t.dtype)], copy=False))
-    # an fp16 weight: the values rounded to fp16, carried as fp32 (ops_base.py rounds it)
-    return _decompress(ctx, p, scheme)
+        out = ctx.const(value.astype(NP[carried(t.dtype)], copy=False))
+    else:
+        # an fp16 weight: the values rounded to fp16, carried as fp32 (ops_base.py rounds it)
+        out = _decompress(ctx, p, scheme)
+    for k in ("value", "data"):  # the program holds its copy now: drop the store's pages
+        release(p.get(k))
+    return out
 
 
 def _decompress(ctx, p, scheme: str):

@@ -20,6 +20,7 @@ from coremltools.proto import MIL_pb2
 from ..ir import DType, TensorType
 from ..ir.graph import param_key
 from ..ir.types import Typed
+from ..weightstore import release
 from .ct_private import (blob_file_value, scalar_value, set_string_value, tensor_value,
                          tensor_value_type)
 
@@ -186,18 +187,16 @@ class MilBuilder:
     def _write_blob(self, arr: np.ndarray) -> int:
         if self._blob is None:
             self._blob = self._blob_writer_factory()
-        flat = np.ascontiguousarray(arr).reshape(-1)
-        if arr.dtype == np.float32:
-            return self._blob.write_float_data(flat)
-        if arr.dtype == np.float16:
-            return self._blob.write_fp16_data(flat.view(np.uint16))
-        if arr.dtype == np.int32:
-            return self._blob.write_int32_data(flat)
-        if arr.dtype == np.int8:
-            return self._blob.write_int8_data(flat)
-        if arr.dtype == np.uint8:
-            return self._blob.write_uint8_data(flat)
-        raise TypeError(f"no blob encoding for {arr.dtype}")
+        write = {np.dtype(np.float32): self._blob.write_float_data,
+                 np.dtype(np.float16): lambda f: self._blob.write_fp16_data(f.view(np.uint16)),
+                 np.dtype(np.int32): self._blob.write_int32_data,
+                 np.dtype(np.int8): self._blob.write_int8_data,
+                 np.dtype(np.uint8): self._blob.write_uint8_data}.get(arr.dtype)
+        if write is None:
+            raise TypeError(f"no blob encoding for {arr.dtype}")
+        offset = write(np.ascontiguousarray(arr).reshape(-1))
+        release(arr)  # a frozen weight read from its store: its pages leave the process
+        return offset
 
     def constexpr(self, type: str, out_type: TensorType, values: dict,
                   as_attributes: bool) -> Var:
@@ -221,8 +220,10 @@ class MilBuilder:
             if self._blob is None:
                 self._blob = self._blob_writer_factory()
             flat = np.ascontiguousarray(arr).reshape(-1)
-            offset = (self._blob.write_int4_data(flat.astype(np.int8)) if kind == "int4"
-                      else self._blob.write_uint4_data(flat.astype(np.uint8)))
+            # (no copy of data already int8 / uint8: a 1B model's embedding is 250 MiB)
+            offset = (self._blob.write_int4_data(np.asarray(flat, np.int8)) if kind == "int4"
+                      else self._blob.write_uint4_data(np.asarray(flat, np.uint8)))
+            release(arr)
             return blob_file_value(f"@model_path/weights/{WEIGHT_FILE}", offset, arr.shape,
                                    _SUB_BYTE[kind])
         arr = np.asarray(v)

@@ -34,7 +34,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from ..compression import Compressed, compressible
+from ..compression import CHUNK, Compressed, compressible
 from ..errors import ArgumentError
 from . import ct_private
 from .targets import Target, get_target, require
@@ -58,30 +58,67 @@ def check_scheme(compress: Optional[str], target) -> None:
 
 def compress_leaf(arr: np.ndarray, scheme: str) -> Optional[Compressed]:
     """``arr`` stored with ``scheme``, or None if the scheme leaves it alone (not
-    compressible, or float64 - compress the fp32 values JAX computes with)."""
+    compressible, or float64 - compress the fp32 values JAX computes with). The result holds
+    the payload; its ``value`` (the dequantised values) is computed when asked for.
+
+    int8 / int4 quantise a run of output channels (the last axis) at a time: each channel's
+    scales and integers depend on that channel alone, so the pieces are exactly the whole's,
+    and coremltools' temporaries stay the size of a piece rather than of the weight."""
     arr = np.asarray(arr)
     if not compressible(arr) or arr.dtype != np.float32:
         return None
     if scheme == "fp16":
-        data = arr.astype(np.float16)
-        return Compressed(scheme, data.astype(np.float32), data)
+        return Compressed(scheme, arr.astype(np.float16), dequantise=_cast_rows)
     if scheme in ("int8", "int4"):
         nbits = 8 if scheme == "int8" else 4
         blocks = [0] * arr.ndim
         blocks[-1] = 1
         if scheme == "int4" and arr.shape[-2] % INT4_BLOCK == 0:
             blocks[-2] = INT4_BLOCK
-        data, scale = ct_private.linear_quantize(arr, nbits, blocks)
-        zero = ~(scale > 0)  # an all-zero block: scale 0 (data NaN-derived): store 0 * 1
-        if zero.any():
-            scale = np.where(zero, np.float32(1), scale).astype(np.float32)
-            data = np.where(_repeat(zero, arr.shape), np.int8(0), data).astype(np.int8)
-        return Compressed(scheme, ct_private.dequantize(data, scale).astype(np.float32),
-                          data, scale=scale)
+        data, scale = _quantise_by_channels(arr, nbits, blocks)
+        # rows of a piece of the value: whole blocks of the scale's first axis (int4 on a
+        # matrix: blocks of 32 rows; one scale shared along the axis: any rows)
+        row_block = 1 if scale.shape[0] == 1 else arr.shape[0] // scale.shape[0]
+        return Compressed(scheme, data, scale=scale, dequantise=_scaled_rows,
+                          row_block=row_block)
     nbits = {"palettize4": 4, "palettize8": 8}[scheme]
     lut, indices = ct_private.kmeans_palettize(arr, nbits)
-    return Compressed(scheme, ct_private.lut_to_dense(indices, lut).astype(np.float32),
-                      indices, lut=lut)
+    return Compressed(scheme, indices, lut=lut, dequantise=_lut_rows)
+
+
+def _quantise_by_channels(arr: np.ndarray, nbits: int, blocks):
+    columns = arr.shape[-1]
+    per_column = arr.size // columns
+    step = max(1, CHUNK // per_column)
+    data = np.empty(arr.shape, np.int8)
+    scale = None
+    for j in range(0, columns, step):
+        piece = np.ascontiguousarray(arr[..., j:j + step])
+        d, s = ct_private.linear_quantize(piece, nbits, blocks)
+        zero = ~(s > 0)  # an all-zero block: scale 0 (data NaN-derived): store 0 * 1
+        if zero.any():
+            s = np.where(zero, np.float32(1), s).astype(np.float32)
+            d = np.where(_repeat(zero, piece.shape), np.int8(0), d).astype(np.int8)
+        if scale is None:
+            scale = np.empty(s.shape[:-1] + (columns,), s.dtype)
+        data[..., j:j + step] = d
+        scale[..., j:j + step] = s
+    return data, scale
+
+
+def _cast_rows(c: Compressed, start: int, stop: int) -> np.ndarray:
+    return c.data[start:stop].astype(np.float32)
+
+
+def _scaled_rows(c: Compressed, start: int, stop: int) -> np.ndarray:
+    b, scale = c.row_block, c.scale
+    if scale.shape[0] > 1:
+        scale = scale[start // b:-(-stop // b)]
+    return ct_private.dequantize(c.data[start:stop], scale).astype(np.float32)
+
+
+def _lut_rows(c: Compressed, start: int, stop: int) -> np.ndarray:
+    return ct_private.lut_to_dense(c.data[start:stop], c.lut).astype(np.float32)
 
 
 def _repeat(blockwise: np.ndarray, shape) -> np.ndarray:

@@ -1,8 +1,10 @@
 """An ML Program's values for the memory analysis (rlxjax/memory.py), read from the
 protobuf: every value's declared type gives its bytes; ``const`` and ``constexpr_*`` results
-are the weights (the decompressed values a ``constexpr_`` op makes at load count as the
-program holds them, next to their compressed payloads); a state written by
-``coreml_update_state`` / ``write_state`` is updated in place (the alias bytes)."""
+are the weights as the program holds them (materialised: the decompressed values a
+``constexpr_`` op makes at load), and the ``const`` results with the ``constexpr_`` ops'
+tensor parameters (their compressed payloads, scales, look-up tables) are the weights as
+the package stores them; a state written by ``coreml_update_state`` / ``write_state`` is
+updated in place (the alias bytes)."""
 from __future__ import annotations
 
 from typing import Dict
@@ -46,6 +48,7 @@ _STATE_WRITES = {"coreml_update_state": ("state",), "write_state": ("input",)}
 class Reader:
     def __init__(self):
         self.weights = 0
+        self.stored = 0
         self.constants = set()
         self.updated = set()
 
@@ -54,6 +57,8 @@ class Reader:
         outs = tuple((o.name, _bytes(o.type, f"value '{o.name}'")) for o in op.outputs)
         if op.type == "const" or op.type.startswith("constexpr_"):
             self.weights += sum(b for _, b in outs)
+            self.stored += sum(b for _, b in outs) if op.type == "const" else \
+                _payload_bytes(op)
             self.constants.update(n for n, _ in outs)
             return None
         reads = tuple(b.name for arg in op.inputs.values() for b in arg.arguments
@@ -80,4 +85,14 @@ def value_program(spec, function: str = "main") -> memory.ValueProgram:
     reader = Reader()
     body = reader.block(function_block(spec, function))
     return memory.ValueProgram(arguments, states, frozenset(reader.updated), reader.weights,
-                               body)
+                               body, stored_weights=reader.stored)
+
+
+def _payload_bytes(op) -> int:
+    """Bytes of a ``constexpr_`` op's tensor parameters (attributes before iOS18,
+    value-bound inputs from iOS18)."""
+    values = list(op.attributes.values()) + [
+        b.value for arg in op.inputs.values() for b in arg.arguments
+        if b.WhichOneof("binding") == "value"]
+    return sum(_bytes(v.type, f"a parameter of {op.type}") for v in values
+               if v.type.WhichOneof("type") == "tensorType")

@@ -23,6 +23,7 @@ import numpy as np
 from .ops import OPS, infer_types
 from .printer import format_graph, format_params
 from .types import DType, Dyn, TensorType, Typed
+from ..weightstore import is_mapped, mapped_place
 
 #: Leaf values a parameter may hold (besides arrays and tuples of these).
 _PLAIN = (type(None), bool, int, float, str, DType, Dyn)
@@ -36,7 +37,8 @@ def _frozen(a: np.ndarray) -> bool:
     root = a
     while isinstance(root.base, np.ndarray):
         root = root.base
-    return not a.flags.writeable and not root.flags.writeable and root.flags.owndata
+    return not a.flags.writeable and not root.flags.writeable and \
+        (root.flags.owndata or is_mapped(root))  # a frozen weight on disk (weightstore.py)
 
 
 def _freeze(v: Any) -> Any:
@@ -91,6 +93,10 @@ class ArrayContent:
     __slots__ = ("flat", "_hash")
 
     def __init__(self, arr: np.ndarray):
+        place = mapped_place(arr)
+        if place is not None:  # a frozen weight on disk keys by its place, unread
+            self.flat, self._hash = place, hash(place[:-1])
+            return
         self.flat = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         step = max(1, self.flat.size // 4096)
         self._hash = hash((self.flat.size, self.flat[::step].tobytes(),
@@ -105,6 +111,9 @@ class ArrayContent:
         a, b = self.flat, other.flat
         if a is b:
             return True
+        if isinstance(a, tuple) or isinstance(b, tuple):  # places: two leaves of a store
+            return isinstance(a, tuple) and isinstance(b, tuple) and a[:-1] == b[:-1] and \
+                a[-1] is b[-1]
         if self._hash != other._hash or a.size != b.size:
             return False
         return all(np.array_equal(a[i:i + self._CHUNK], b[i:i + self._CHUNK])

@@ -17,7 +17,7 @@ from .. import formats
 from ..api import CoreMLFunction
 from ..compression import CompressionReport
 from ..frontend import Traced, arg_names, path_name
-from .frozen import bake_leaf, bake_weights
+from .frozen import bake_leaves, bake_weights
 
 
 class _Baked(CoreMLFunction):
@@ -51,12 +51,8 @@ def export_compressed(fn: Callable, params, example_inputs, *, path, target, pre
     step_format = formats.get()
     step_format.check_compression(compress, target)
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
-    values, weights, rows = [], [], []
-    for p, leaf in flat:
-        value, weight, row = bake_leaf(path_name("params", p), leaf, compress, step_format)
-        values.append(value)
-        weights.append(weight)
-        rows.append(row)
+    values, weights, rows = bake_leaves([(path_name("params", p), leaf) for p, leaf in flat],
+                                        compress, step_format)
     step = _Baked(fn, treedef, weights, target=target, precision=precision, backend=backend)
     compiled = step.lower(values, *example_inputs).compile()
     compiled.compression = CompressionReport(compress, tuple(rows))

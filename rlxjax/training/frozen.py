@@ -10,12 +10,18 @@ from typing import Any, List, Optional
 import jax
 import numpy as np
 
-from ..compression import CompressionReport, leaf_report
+from ..compression import CompressionReport, ErrorMeter, error_of, leaf_report, row_runs
 from ..errors import ArgumentError
 from ..frontend import Traced, path_name
 from ..transforms.rewrite import substitute
+from ..weightstore import MIN_BYTES, WeightStore
 from .layout import leaf_struct
 from .nnx_filter import nnx_filter_mask
+from .budget import check_frozen_budget
+from .progress import progress_items
+
+#: the params of a weight node that hold arrays (rlxjax/ir/weight.py)
+_ARRAYS = ("value", "data", "scale", "lut")
 
 
 def check_split_options(trainable, compress, target, fmt) -> None:
@@ -75,19 +81,71 @@ def resolve_mask(trainable, params) -> List[bool]:
     return mask
 
 
-def bake_leaf(name: str, leaf, compress: Optional[str], fmt=None):
+def bake_leaf(name: str, leaf, compress: Optional[str], fmt=None, store=None):
     """(the values the program computes with, the params of its weight node, its
-    compression report row) of the frozen leaf ``name`` (compressed by format ``fmt``)."""
+    compression report row) of the frozen leaf ``name`` (compressed by format ``fmt``).
+
+    With a ``store`` (rlxjax/weightstore.py) the values and the payload are written to it
+    as they are made - the dequantised values a run of rows at a time, measured against the
+    original on the way for the report - and come back as read-only views of its file: the
+    leaf is then held by the caller alone. Without one they are in memory."""
     arr = np.asarray(leaf)
     arr = arr.astype(leaf_struct(arr).dtype, copy=False)  # as JAX computes with it
     if arr.size == 0:
         raise ArgumentError(f"frozen parameter '{name}' is zero-size: leave it out of params "
                             "(close over it)")
     c = fmt.compress_leaf(arr, compress) if compress is not None else None
-    value = arr if c is None else c.value
-    weight = dict(value=value, name=name, **(c.params() if c is not None
-                                             else {"scheme": "none"}))
-    return value, weight, leaf_report(name, arr, c)
+    if c is None:
+        value = arr if store is None else _stored(store, arr)
+        weight = dict(value=value, name=name, scheme="none")
+        return value, weight, leaf_report(name, arr, None)
+    if store is None:
+        value = c.value
+        error = error_of(arr, ((a, b, value[a:b]) for a, b in row_runs(arr.shape)))
+        return value, dict(value=value, name=name, **c.params()), \
+            leaf_report(name, arr, c, error)
+    meter = ErrorMeter(arr)
+    value = store.put_chunks(arr.shape, np.float32, _measured(c.value_chunks(), meter))
+    payload = {k: _stored(store, v) if isinstance(v, np.ndarray) else v
+               for k, v in c.params().items()}
+    report = leaf_report(name, arr, c, (meter.err, meter.peak))
+    return value, dict(value=value, name=name, **payload), report
+
+
+def bake_leaves(named, compress: Optional[str], fmt):
+    """``bake_leaf`` of each ``(name, leaf)`` through one weight store: (values, weight
+    params, report rows), the arrays read-only views of the store's file. Checks first that
+    the machine has the memory for it (budget.py); a tqdm bar shows on a long bake."""
+    check_frozen_budget((leaf for _, leaf in named), compress,
+                        getattr(fmt, "name", "mlpackage"))
+    store = WeightStore()
+    values, weights, rows = [], [], []
+    for name, leaf in progress_items(named, "baking frozen weights"):
+        value, weight, row = bake_leaf(name, leaf, compress, fmt, store)
+        values.append(value)
+        weights.append(weight)
+        rows.append(row)
+    store.seal()  # the handles become read-only views of the store's file
+    values = [_viewed(store, v) for v in values]
+    weights = [{k: _viewed(store, v) if k in _ARRAYS else v for k, v in w.items()}
+               for w in weights]
+    return values, weights, rows
+
+
+def _measured(chunks, meter):
+    for start, stop, rows in chunks:
+        meter.add(start, stop, rows)
+        yield rows
+
+
+def _stored(store, arr: np.ndarray):
+    """``arr`` in ``store`` (its handle), or ``arr`` itself when it is too small to be
+    worth a page of its own."""
+    return store.put(arr) if arr.nbytes >= MIN_BYTES else arr
+
+
+def _viewed(store, v):
+    return store.view(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
 @dataclass
@@ -106,17 +164,10 @@ class FrozenSplit:
         """``fmt``: the format whose scheme compresses the frozen leaves."""
         mask = resolve_mask(trainable, params)
         flat, treedef = jax.tree_util.tree_flatten_with_path(params)
-        names, values, weights, rows = [], [], [], []
-        for (path, leaf), m in zip(flat, mask):
-            if m:
-                continue
-            name = path_name("params", path)
-            value, weight, row = bake_leaf(name, leaf, compress, fmt)
-            names.append(name)
-            values.append(value)
-            weights.append(weight)
-            rows.append(row)
-        return cls(treedef, mask, names, values, weights,
+        named = [(path_name("params", path), leaf)
+                 for (path, leaf), m in zip(flat, mask) if not m]
+        values, weights, rows = bake_leaves(named, compress, fmt)
+        return cls(treedef, mask, [n for n, _ in named], values, weights,
                    CompressionReport(compress, tuple(rows)))
 
     def trainable_tree(self, params):

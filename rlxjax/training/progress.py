@@ -1,4 +1,4 @@
-"""The progress bar of ``TrainStep.fit`` (tqdm).
+"""The progress bars of ``TrainStep.fit`` and of long compiles (tqdm).
 
 On a terminal or in a notebook it redraws in place. Anywhere else (a log file, a pipe, a
 CI console) redrawing would pile every update onto one line of ``\\r``s, so there it writes
@@ -46,3 +46,19 @@ def progress_bar(total: int, enabled: bool = True, stream=None) -> tqdm:
         return tqdm(total=total, file=stream, unit="step", dynamic_ncols=True)
     return tqdm(total=total, file=_Lines(stream), unit="step", ascii=True, ncols=80,
                 mininterval=LOG_INTERVAL, maxinterval=LOG_INTERVAL)
+
+
+#: seconds a long task runs before its bar appears (a short one prints nothing)
+TASK_DELAY = 5.0
+
+
+def progress_items(items, desc: str, stream=None):
+    """``items``, with a tqdm bar named ``desc`` on ``stream`` (stderr) if iterating them
+    takes longer than ``TASK_DELAY`` seconds (a compile baking a large model's weights);
+    ``TQDM_DISABLE=1`` silences it."""
+    stream = sys.stderr if stream is None else stream
+    kwargs = dict(total=len(items), desc=desc, unit="leaf", delay=TASK_DELAY, leave=False)
+    if _interactive(stream):
+        return tqdm(items, file=stream, dynamic_ncols=True, **kwargs)
+    return tqdm(items, file=_Lines(stream), ascii=True, ncols=80, mininterval=LOG_INTERVAL,
+                maxinterval=LOG_INTERVAL, **kwargs)

@@ -153,6 +153,12 @@ def _ir_parse():
     parse_graph("this is not a graph")
 
 
+def _out_of_memory():
+    from rlxjax.training.budget import check_frozen_budget
+
+    check_frozen_budget([np.ones((1024, 1024), np.float32)], None, "aimodel", available=1 << 20)
+
+
 TRIGGERS = {  # class name -> (callable(tmp_path), regex the message must match)
     "RlxError": (lambda tmp: _bad_backend(), "unknown backend"),
     "UnsupportedPrimitiveError": (lambda tmp: _ref(lambda a: jnp.fft.rfft(a).real)(X), "fft"),
@@ -172,6 +178,7 @@ TRIGGERS = {  # class name -> (callable(tmp_path), regex the message must match)
     "ReferenceRuntimeError": (lambda tmp: _reference_runtime(), "not an mlProgram"),
     "ReferenceStateError": (lambda tmp: _reference_state(), "holds float16"),
     "CoreAIRuntimeError": (lambda tmp: _coreai_runtime(str(tmp)), "the Core AI runtime"),
+    "OutOfMemoryRisk": (lambda tmp: _out_of_memory(), "RLXJAX_MEMORY_CHECK=0"),
     "InspectError": (lambda tmp: _inspect(str(tmp)), "no such file"),
     "CompileCommandError": (lambda tmp: _compile_cli(), "unknown dtype"),
     "GraphVerificationError": (lambda tmp: _graph_verification(), "duplicate input"),
