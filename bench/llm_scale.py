@@ -5,9 +5,9 @@ Gemma-3-1B: a Llama-style flax.linen decoder, random weights), the LoRA step of 
 q and v projections, adam (1e-3), sequence 128, batch 1:
 
 * rlxjax: ``coreml_train_step(loss, optax.adam(1e-3), trainable=rlxjax.lora.TRAINABLE,
-  compress=<int8|int4>, target="iOS18", format=<mlpackage|aimodel>)`` and ``step.init(tree,
-  tokens)`` (which compiles: traces, bakes and compresses the frozen base, lowers, orders,
-  serialises), then ``step.save`` into a temporary folder;
+  compress=<int8|int4>, format=<mlpackage|aimodel>)`` (target iOS18 / Core AI's default) and
+  ``step.init(tree, tokens)`` (which compiles: traces, bakes and compresses the frozen base,
+  lowers, orders, serialises), then ``step.save`` into a temporary folder;
 * XLA: ``jax.jit`` of ``jax.value_and_grad`` of the same loss over the adapters plus the same
   optax update, the fp32 base passed as an argument, ``.lower(...).compile()`` on CPU.
 
@@ -94,8 +94,9 @@ def child(job: dict) -> dict:
 
     fmt = job["side"]
     t0, c0 = time.perf_counter(), time.process_time()
+    target = "iOS18" if fmt == "mlpackage" else None  # Core AI: its own default (iOS27)
     step = rlxjax.coreml_train_step(loss, opt, trainable=rlxjax.lora.TRAINABLE,
-                                    compress=job["compress"], target="iOS18", format=fmt)
+                                    compress=job["compress"], target=target, format=fmt)
     step.init(tree, tokens)
     t1, c1 = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory(prefix="llm-scale-") as tmp:
