@@ -3,8 +3,8 @@ Llama-style decoder at depth L and 2L, the work the pass reports (coreml/mil_ord
 ``WORK``: ops, dependencies, refine's screening steps, evaluated orders) counted, not timed.
 
 Without the memo of coreml/mil_order_refine.py (every live value re-screened after each
-kept move: O(moves x live)) the screening steps grow 3.5x here (5,397 -> 19,119) for 1.85x
-the ops; with it 1.8x (1,102 -> 1,972). What the counts do not bound: each evaluated order
+kept move: O(moves x live)) the screening steps grow 3.6x here (6,100 -> 21,730) for 1.85x
+the ops; with it 1.7x (1,244 -> 2,159). What the counts do not bound: each evaluated order
 is a vectorised O(n) pass, and how many moves the search keeps depends on the program (a
 12-layer step of this model keeps 4.7x the 6-layer one's: see the module's docstring)."""
 from __future__ import annotations
