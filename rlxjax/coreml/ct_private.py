@@ -11,6 +11,7 @@ first and says which.
 """
 from __future__ import annotations
 
+from . import coremltools_quiet  # noqa: F401  (first: coremltools without its notices)
 import coremltools.libmilstoragepython as _storage
 import numpy as np
 from coremltools.converters.mil.backend.mil import helper as _helper

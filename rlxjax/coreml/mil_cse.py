@@ -10,6 +10,11 @@ op's outputs. That is exact: MIL ops without side effects are deterministic func
 their inputs. Impure ops (``mil.is_pure``: states, random draws) and ops with nested
 blocks are never merged; ops producing a block output are kept (their names are the block's
 interface). Duplicate consts are merged the same way.
+
+Cost: one walk, each op's key the size of its serialised inputs, attributes and output types
+(inline values are small: big tensors live in the weight file), a dict look-up per op; a
+nested block copies the table of what its enclosing blocks computed before it (O(blocks x
+ops before them)); each dropped op is one deletion from its block (protobuf, C).
 """
 from __future__ import annotations
 

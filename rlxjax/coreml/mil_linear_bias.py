@@ -10,6 +10,9 @@ add's output name (it may be a block output), so no reader needs renaming.
 
 Done here rather than at lowering because only the whole program tells whether the
 linear's output has other readers (a graph output, a nested block, a backward pass).
+
+Cost: the index (mil_peephole.py) and one walk, O(n + the values read); each fused pair
+O(1) protobuf copies, each dropped op one deletion (protobuf, C).
 """
 from __future__ import annotations
 

@@ -17,6 +17,10 @@ reference interpreter (tests/memory/test_matmul_transpose.py compares the train-
 workloads' outputs with the pass and without it). MIL's ``transpose_x`` / ``transpose_y``
 swap the last two dims of a rank >= 2 operand (coremltools iOS15 linear.py), exactly what a
 transpose with ``perm = [0, ..., r-3, r-1, r-2]`` does.
+
+Cost: O(n + the values read) per function block for the index and the walk (n ops), and one
+pass over a block's ops to drop the folded ones (it was one search per folded transpose,
+O(folded x n)).
 """
 from __future__ import annotations
 
@@ -150,12 +154,15 @@ def _fold_top_block(top, input_types) -> int:
         op.CopyFrom(new)
         dead.append((mm.block, src))
         folded += 1
+    by_block = {}  # id(block) -> (block, the dead names in it): one pass over each block
     for block, name in dead:
+        by_block.setdefault(id(block), (block, set()))[1].add(name)
+    for block, names in by_block.values():
         ops = block.operations
-        for i, candidate in enumerate(ops):
-            if len(candidate.outputs) == 1 and candidate.outputs[0].name == name:
-                del ops[i]
-                break
+        doomed = [i for i, candidate in enumerate(ops) if len(candidate.outputs) == 1
+                  and candidate.outputs[0].name in names]  # (SSA: one op per name)
+        for i in reversed(doomed):
+            del ops[i]
     return folded
 
 

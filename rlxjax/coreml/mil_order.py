@@ -32,9 +32,19 @@ does not keep every dependency is never taken. MIL ops are deterministic functio
 inputs, so every result is bit for bit what it was (tests/memory/test_mil_order.py compares
 the outputs of the train-step workloads, tests/memory/test_remat_order.py a checkpointed
 step's). Programs with unknown dimensions (flexible inputs) keep their order.
+
+Cost, for a block of n ops and e dependencies: the graph, the post-orders and the check of
+an order O(n + e); the greedy schedule O((n + e) log n) (a heap; an op is re-pushed when a
+value it reads gets down to its last reader); each peak evaluation one vectorised O(n)
+pass; the refinement as coreml/mil_order_refine.py says. Two steps are O(n) per state
+*pinned* at the program's ends (``_pinned_states``: read-only states, and states written
+from something other than their read; a train step's are not): finding them (a search back
+from each write) and making each pinned write depend on every other op. ``WORK`` counts
+ops, dependencies, screening steps and evaluated orders.
 """
 from __future__ import annotations
 
+import collections
 import heapq
 from typing import Dict, List
 
@@ -43,6 +53,12 @@ from ..errors import DynamicShapeError
 from .memory import Reader
 from .mil_order_refine import Lifetimes, refine
 from .mil import RANDOM_OP_PREFIX, STATE_OP_TYPES, is_impure_type, top_blocks
+
+
+#: The work of this pass since the process started, by kind: ``ops`` ordered, dependency
+#: ``edges``, refine's screening steps (``screens``) and ``evaluated`` orders (each one
+#: vectorised O(n) pass); tests/memory/test_order_work.py compares it on doubled depths.
+WORK: collections.Counter = collections.Counter()
 
 
 def order_for_memory(model) -> int:
@@ -141,6 +157,8 @@ def _order(block, keep) -> int:
             if p < best_peak and p[0] - p[1] <= emitted[0] and p[1] <= emitted[1] \
                     and _respects(order, deps):
                 best, best_peak = order, p
+    WORK.update(ops=len(ops), edges=sum(map(len, deps)), screens=lifetimes.work,
+                evaluated=lifetimes.evaluated)
     if best is original:
         return changed
     consts = [op for op in block.operations if _is_const(op)]

@@ -1,5 +1,6 @@
 """What the MIL peepholes (mil_linear_bias.py, mil_scaled_tanh.py) share: who reads and
-who produces each value of a function, an op's single input name, static dims, renaming."""
+who produces each value of a function, an op's single input name, static dims, renaming.
+``index`` is one walk, O(ops + the values they read)."""
 from __future__ import annotations
 
 from collections import Counter

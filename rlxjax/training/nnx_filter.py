@@ -62,6 +62,10 @@ def _nnx_key(k):
 def nnx_filter_mask(trainable, params) -> Optional[List[bool]]:
     """One bool per array leaf of ``params`` when ``trainable`` is an nnx filter and
     ``params`` holds nnx Variables; None otherwise (the other forms of ``trainable=``)."""
+    if isinstance(trainable, dict):
+        # never an nnx filter (``_is_filter``): a pytree of bools (``rlxjax.lora.TRAINABLE``);
+        # flax.nnx is not imported for it (~1 s of a compile)
+        return None
     nnx = _nnx()
     if nnx is None or not _is_filter(nnx, trainable):
         return None

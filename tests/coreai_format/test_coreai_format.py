@@ -145,6 +145,7 @@ def test_a_missing_coreai_core_says_which_extra_to_install(monkeypatch):
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
+    monkeypatch.setattr(ca_private, "_AUTHORING", [])  # as in a process that checked none
     with pytest.raises(rlxjax.BackendUnavailableError, match=r'rlxjax\[coreai\]'):
         ca_private.coreai()
 
