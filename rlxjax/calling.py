@@ -71,7 +71,10 @@ def given_type(value, shape, dtype) -> str:
         own = None if own is None else np.dtype(own).name
     except TypeError:
         own = None
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    try:
+        name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    except TypeError:  # not a numpy dtype: a JAX key type (key<fry>)
+        name = str(dtype)
     if own is None or own == name:
         return f"{name}{list(shape)}"
     return f"{own}{list(shape)} ({name} as JAX takes it)"

@@ -247,9 +247,11 @@ class LoadedTrainStep(_Wrapper):
         if codec is None:
             raise RlxError(f"{self.flat.path}: unknown state encoding "
                            f"{self.train.get('encoding')!r}")
-        chunk = self.train.get("state_chunk") or (CHUNK if codec == "f16x3" else None)
+        per_leaf = bool(self.train.get("state_per_leaf"))   # Core AI: one state per leaf
+        chunk = None if per_leaf else (
+            self.train.get("state_chunk") or (CHUNK if codec == "f16x3" else None))
         return make_layout(*trained_leaves(state.params, state.opt_state),
-                           codec=CODECS[codec], chunk=chunk)
+                           codec=CODECS[codec], chunk=chunk, per_leaf=per_leaf)
 
     def _device_for(self, state: TrainState) -> _LoadedDevice:
         """The device state to step ``state`` with: this step's own when ``state`` is its
