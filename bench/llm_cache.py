@@ -2,10 +2,12 @@
 and ``decode`` over the same flax parameters (``Decoder.init``'s tree), written as the
 functions of one package take them, ``fn(params, cache, *inputs) -> (logits, new_cache)``.
 
-The cache is ``{"k": [layers, kv_heads, ctx, head_dim], "v": ..., "n": int32 scalar}``
-(``empty_cache``): keys and values of every position so far and how many there are. Keys
-and values are kept per key/value head (grouped-query attention reads them once for the
-``heads // kv_heads`` query heads of the group, with no ``repeat``).
+The cache is ``{"k": [one [kv_heads, ctx, head_dim] per layer], "v": ..., "n": int32
+scalar}`` (``empty_cache``): keys and values of every position so far and how many there
+are. Keys and values are kept per key/value head (grouped-query attention reads them once
+for the ``heads // kv_heads`` query heads of the group, with no ``repeat``), one leaf per
+layer (a layer's update writes its own leaf - on Core AI its own state - with no stacking
+of the layers into one tensor).
 
 * ``prefill(s, ctx)(params, cache, prompt, length)``: a prompt padded to ``ctx`` tokens and
   its true length (1..ctx) -> the logits after its last token ``[1, vocab]``. One static
@@ -27,8 +29,9 @@ from llm_models import Shape
 
 
 def empty_cache(s: Shape, ctx: int):
-    z = np.zeros((s.layers, s.kv_heads, ctx, s.hd), np.float32)
-    return {"k": z, "v": z.copy(), "n": np.zeros((), np.int32)}
+    z = np.zeros((s.kv_heads, ctx, s.hd), np.float32)
+    return {"k": [z.copy() for _ in range(s.layers)], "v": [z.copy() for _ in range(s.layers)],
+            "n": np.zeros((), np.int32)}
 
 
 def _rope_tables(s: Shape, ctx: int):
@@ -77,7 +80,7 @@ def _blocks(s: Shape, p, cache, x, cos, sin, pos, mask):
         h = _norm(x, lp["mlp_norm"]["scale"], s.eps)
         x = x + (_act(s)(h @ lp["gate"]["kernel"]) * (h @ lp["up"]["kernel"])) @ \
             lp["down"]["kernel"]
-    return x, jnp.stack(ks), jnp.stack(vs)
+    return x, ks, vs
 
 
 def _head(s: Shape, p, x):

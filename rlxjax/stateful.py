@@ -11,8 +11,10 @@ fp16, so the fp32 leaves go through the exact codec (three fp16 states holding s
 integers; a float32 cache round-trips bit for bit) unless ``state_precision="fp16"`` opts in
 to one rounded fp16 state (codec ``"f16"``: a third of the exact codec's memory; its error is
 measured in docs/stateful.md); int32 leaves are three base-2048 digits. Core AI's states
-hold fp32 and int32 as they are (``"plain"``). All leaves of one dtype share one packed
-vector per piece, named ``<argument>.f32.exp`` ... (``StateLayout``).
+hold fp32 and int32 as they are (``"plain"``), one state per leaf (``<argument>.f32.0.value``
+...: a call writes the leaves it updates, no packed vector); with the other codecs all
+leaves of one dtype share one packed vector per piece, named ``<argument>.f32.exp`` ...
+(``StateLayout``).
 
 What the format-neutral ``Program`` carries: ``Program.states`` maps each piece's graph
 input name to the graph output written back into it (``new.<argument>.f32.exp``); the graph
@@ -91,9 +93,12 @@ class StateLayout:
         names = [path_name(argument, p) for p, _ in paths]
         structs = [_struct(x, n) for (_, x), n in zip(paths, names)]
         mls = _codec()
+        # a codec storing the values as they are (Core AI's plain) keeps one state per leaf:
+        # a decode step writes its KV cache leaves, not a packed vector concatenated anew
         tensors = mls.make_layout(names, ["state"] * len(names), structs, mls.CODECS[codec],
                                   prefix=argument, what="state=",
-                                  instead="keep it out of the state argument")
+                                  instead="keep it out of the state argument",
+                                  per_leaf=mls.CODECS[codec].name == mls.CODECS["plain"].name)
         if not tensors.slots:
             raise ArgumentError(f"state={argument!r}: the argument has no array leaves")
         return cls(argument, position, tree, tensors)
@@ -126,9 +131,12 @@ class StateLayout:
     def metadata(self, mil_names: Dict[str, str]) -> dict:
         """``rlxjax.stateful``: what an app needs to fill, keep and read the states."""
         t = self.tensors
-        return {"argument": self.argument, **t.codec.metadata(),
-                "states": [{"name": mil_names[g], "graph_name": g, "shape": [n], "dtype": dt,
-                            "role": role} for g, role, n, dt in t.state_types()],
+        per_leaf = {"state_per_leaf": True} if t.per_leaf else {}
+        return {"argument": self.argument, **t.codec.metadata(), **per_leaf,
+                "states": [{"name": mil_names[g], "graph_name": g, "shape": list(shape),
+                            "dtype": dt, "role": role}
+                           for (g, role, _, dt), shape in zip(t.state_types(),
+                                                              t.state_shapes())],
                 "tensors": [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape),
                              "offset": s.offset, "size": s.size} for s in t.slots]}
 
@@ -158,7 +166,8 @@ def layout_from_metadata(row: dict) -> StateLayout:
     tree = jax.tree_util.tree_structure(dict.fromkeys(names, 0))
     # a dict flattens in sorted key order: keep the slots in that order
     order = sorted(range(len(slots)), key=lambda i: names[i])
-    tensors = mls.Layout(tuple(slots[i] for i in order), 0, codec, row["argument"])
+    tensors = mls.Layout(tuple(slots[i] for i in order), 0, codec, row["argument"],
+                         per_leaf=bool(row.get("state_per_leaf")))
     return StateLayout(row["argument"], -1, tree, tensors)
 
 

@@ -79,8 +79,9 @@ def _train_with_cache_states(step, program, cache: stateful.StateLayout):
     g = lowered.graph
     n_train = len(lowered.states or {})
     extra = []
-    for name, _, n, dt in cache.tensors.state_types():
-        extra.append((name, g.new_value(TensorType((n,), dtype_from_numpy(np.dtype(dt))))))
+    for (name, _, _, dt), shape in zip(cache.tensors.state_types(),
+                                       cache.tensors.state_shapes()):
+        extra.append((name, g.new_value(TensorType(shape, dtype_from_numpy(np.dtype(dt))))))
     g.inputs = g.inputs[:n_train] + extra + g.inputs[n_train:]
     lowered.states = {**(lowered.states or {}), **{name: None for name, _ in extra}}
     compiled = lowered.compile(keep_weight_layout=True)

@@ -188,8 +188,8 @@ def chunks(layout: Layout, dtype: str) -> List[List[Segment]]:
     together, and a leaf larger than a chunk cut into pieces of a ``BIG_LEAF_PIECES``-th
     of a chunk, of whole rows (its leading axis) where they fit (mlstate_graph.py then
     slices a piece out of a new value without a flat copy of it)."""
-    if layout.per_leaf:
-        return _per_leaf(layout.group(dtype))
+    if layout.per_leaf:   # in packed-vector order (a loaded layout lists its slots by name)
+        return _per_leaf(sorted(layout.group(dtype), key=lambda s: s.offset))
     limit = CHUNK if layout.chunk is None else layout.chunk
     out: List[List[Segment]] = []
     slots = layout.group(dtype)
@@ -340,7 +340,9 @@ def _concat(xs):
 def host_pack(layout: Layout, leaves) -> Dict[str, np.ndarray]:
     out = {}
     for dtype, _ in _TAGS:
-        group = [np.asarray(x, dtype).reshape(-1) for s, x in zip(layout.slots, leaves)
+        # in packed-vector order (a loaded layout lists its slots by name)
+        group = [np.asarray(x, dtype).reshape(-1) for s, x in
+                 sorted(zip(layout.slots, leaves), key=lambda sx: sx[0].offset)
                  if s.dtype == dtype]
         if group:
             pieces = layout.codec.host_encode(dtype, np.concatenate(group))

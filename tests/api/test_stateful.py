@@ -134,8 +134,8 @@ def test_a_saved_stateful_function_loads_with_its_state_by_leaf_name(tmp_path):
 
 def test_a_format_with_plain_states_gets_the_leaves_as_they_are(monkeypatch):
     """A format whose registry entry says state_codec="plain" (Core AI's fp32 / int32
-    states): no codec, one state per dtype holding the values; what Program.states and the
-    graph carry."""
+    states): no codec, one state per leaf holding its values in its shape (a rank-0 leaf
+    in a vector of one); what Program.states and the graph carry."""
     import dataclasses
 
     from rlxjax import formats
@@ -144,14 +144,14 @@ def test_a_format_with_plain_states_gets_the_leaves_as_they_are(monkeypatch):
     monkeypatch.setitem(formats.REGISTRY, "mlpackage",
                         dataclasses.replace(entry, state_codec="plain"))
     lo = rlxjax.coreml_jit(accumulate, state="state").lower(W, STATE, X)
-    assert lo.states == {"state.f32.value": "new.state.f32.value",
-                         "state.i32.value": "new.state.i32.value"}
+    assert lo.states == {"state.f32.0.value": "new.state.f32.0.value",
+                         "state.i32.0.value": "new.state.i32.0.value"}
     types = {n: str(v.type) for n, v in lo.graph.inputs}
-    assert types == {"state.f32.value": "f32[6]", "state.i32.value": "i32[1]", "w": "f32[]",
-                     "x": "f32[2,3]"}
+    assert types == {"state.f32.0.value": "f32[2,3]", "state.i32.0.value": "i32[1]",
+                     "w": "f32[]", "x": "f32[2,3]"}
     value = {"total": np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3),
              "count": np.array(-2**31, np.int32)}
     pieces = lo.state_layout.pack(value)
-    np.testing.assert_array_equal(pieces["state.f32.value"], value["total"].ravel())
+    np.testing.assert_array_equal(pieces["state.f32.0.value"], value["total"])
     back = lo.state_layout.unpack(pieces)
     assert back["total"].tobytes() == value["total"].tobytes() and back["count"] == -2**31

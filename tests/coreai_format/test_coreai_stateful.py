@@ -1,6 +1,6 @@
 """Stateful functions (coreml_jit(fn, state=...), docs/stateful.md) on the Core AI format:
-its states hold fp32 / int32 as they are (the "plain" codec), so the KV cache needs no
-codec; a prefill + decode package generates what JAX's decode loop generates."""
+its states hold fp32 / int32 as they are (the "plain" codec), one state per leaf, so the KV
+cache needs no codec; a prefill + decode package generates what JAX's decode loop generates."""
 import os
 import sys
 
@@ -19,7 +19,8 @@ from test_stateful import STATE, W, X, accumulate  # noqa: E402
 def test_a_stateful_function_keeps_its_leaves_in_plain_core_ai_states():
     c = rlxjax.coreml_jit(accumulate, state="state", format="aimodel").lower(
         W, STATE, X).compile()
-    assert sorted(c.executable.state_graph_names) == ["state.f32.value", "state.i32.value"]
+    # one state per leaf (the plain codec): a call writes the leaves, no packed vector
+    assert sorted(c.executable.state_graph_names) == ["state.f32.0.value", "state.i32.0.value"]
     s = c.make_state(STATE)
     want_state = STATE
     for k in range(3):
