@@ -13,8 +13,9 @@ reduce as Core AI's reductions do, sequentially):
   ``pad`` (lax.pad: interior padding by a reshape + concat, negative edges by a slice);
 * ``dynamic_slice`` / ``dynamic_update_slice``: the starts clamped as JAX clamps them, then
   ``gather_along_axis`` with the shifted index ranges (Core AI's ``slice`` with runtime
-  starts has a dynamic result type); the update is placed by gathers and selected by the
-  window's mask;
+  starts has a dynamic result type); an update spanning all but one axis (a KV cache's
+  new position) is one ``scatter_along_axis`` of its rows, another is placed by gathers
+  and selected by the window's mask (the axes it spans whole left out: their start is 0);
 * ``gather_nd`` is Core AI's; ``scatter_nd`` flattens the indexed dims to one and is a
   ``scatter_along_axis`` in the op's mode (Core AI's ``scatter_nd`` cannot combine);
 * ``cumsum`` is Core AI's ``scan`` with the ``sum`` combiner for floats; an integer
@@ -259,12 +260,27 @@ def _index(ctx, node, i, v):
 def _dynamic_update_slice(ctx, node, ins):
     x, upd, starts = ins[0], ins[1], ins[2:]
     t, ut = _t(node), _t(node, 1)
-    shape, mask = list(ut.shape), None
-    for axis, s in enumerate(starts):
+    if any(n == 0 for n in ut.shape):
+        return x
+    # an axis the update spans whole clamps its start to 0: nothing to place along it
+    axes = [a for a in range(t.rank) if ut.shape[a] != t.shape[a]]
+    if not axes:
+        return upd
+    if len(axes) == 1:  # one window axis (a KV cache's position): one scatter, in place
+        (axis,) = axes
         d, n = t.shape[axis], ut.shape[axis]
-        if n == 0:
-            return x
-        s = _clamped_start(ctx, _index(ctx, node, 2 + axis, s), d, n)
+        s = _clamped_start(ctx, _index(ctx, node, 2 + axis, starts[axis]), d, n)
+        rows = ctx.add(ctx.iota(n, axis, t.rank), s)   # distinct: "update" writes each once
+        from . import ca_private
+
+        out_t = ctx.ca.TensorType(tuple(t.shape), ca_private.dtype(carried(t.dtype).np.name))
+        return ctx.ca.scatter_along_axis(out_t, x, ctx.broadcast(rows, ut.shape, DType.i32),
+                                         upd, ctx.const(np.int32(axis)),
+                                         scatter_mode="update")
+    shape, mask = list(ut.shape), None
+    for axis in axes:
+        d, n = t.shape[axis], ut.shape[axis]
+        s = _clamped_start(ctx, _index(ctx, node, 2 + axis, starts[axis]), d, n)
         pos = ctx.iota(d, axis, t.rank)
         rel = ctx.sub(pos, s)  # the update's row for each of x's rows (clamped into it)
         inside = ctx.and_(ctx.gt(rel, ctx.scalar(-1, DType.i32)),
@@ -274,7 +290,7 @@ def _dynamic_update_slice(ctx, node, ins):
             rel, ctx.scalar(0, DType.i32)), ctx.scalar(n - 1, DType.i32))
         shape[axis] = d
         upd = ctx.gather_along(upd, ctx.broadcast(idx, shape, DType.i32), axis, shape, t.dtype)
-    return x if mask is None else ctx.where(mask, upd, x)
+    return ctx.where(mask, upd, x)
 
 
 @rule("gather_nd")
