@@ -108,7 +108,8 @@ class Ctx:
         """The inputs of a broadcasting elementwise op, each broadcast operand taken
         before its broadcast when another operand has the result's shape: Core AI's
         ``broadcasting_*`` ops broadcast as they read, so the broadcast copy (a relu
-        gradient's zeros, a bias) is not written and read again. The same values, the same
+        gradient's zeros) is not written and read again (Core AI's compiler drops the
+        broadcast once nothing reads it). The same values, the same
         result."""
         shape = tuple(node.outputs[0].type.shape)
         full = [tuple(v.type.shape) == shape and v.id not in self.before_broadcast
