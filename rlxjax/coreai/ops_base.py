@@ -103,6 +103,10 @@ class Ctx:
         #: RLX value id -> (the value before its broadcast, the broadcast value), recorded
         #: by broadcast_in_dim's rule
         self.before_broadcast: Dict[int, Tuple[object, object]] = {}
+        #: id of a transpose made here -> (it, its input, perm); conv inputs padded here:
+        #: (id of the untransposed value, its perm, padding) -> (that value, padded input)
+        self.transposed: Dict[int, tuple] = {}
+        self.padded: Dict[tuple, tuple] = {}
 
     def _unbroadcast(self, node, ins):
         """The inputs of a broadcasting elementwise op, each broadcast operand taken
@@ -178,7 +182,20 @@ class Ctx:
 
     def transpose(self, x, perm):
         perm = list(perm)
-        return x if perm == list(range(len(perm))) else self.ca.transpose(x, self.u32(perm))
+        if perm == list(range(len(perm))):
+            return x
+        out = self.ca.transpose(x, self.u32(perm))
+        self.transposed[id(out)] = (out, x, tuple(perm))  # out[i] = x[perm[i]]
+        return out
+
+    def source(self, x):
+        """(v, perm) with ``x`` = ``v`` transposed by ``perm`` (v not itself a transpose
+        made here; perm the identity when x is none)."""
+        perm = tuple(range(len(self.shape(x))))
+        while id(x) in self.transposed and self.transposed[id(x)][0] is x:
+            _, x, p = self.transposed[id(x)]
+            perm = tuple(p[i] for i in perm)
+        return x, perm
 
     def broadcast(self, x, shape, dtype: DType):
         """``x`` broadcast to ``shape`` (the result type given: the authoring API infers a

@@ -192,9 +192,30 @@ def conv_layout(ctx, node, x, dt):
         groups = g
     cfg = [(lo, hi, d - 1) for (lo, hi), d in zip(p["padding"], p["lhs_dilation"])]
     if any(c != (0, 0, 0) for c in cfg):  # explicit zero padding of the spatial dims
-        x = lax_pad(ctx, x, xs, [(0, 0, 0), (0, 0, 0)] + cfg, ctx.scalar(0, dt), dt)
+        x = _padded(ctx, x, xs, [(0, 0, 0), (0, 0, 0)] + cfg, dt)
         xs = list(ctx.shape(x))
     return x, xs, groups
+
+
+def _padded(ctx, x, xs, cfg, dt):
+    """``x`` zero-padded by ``cfg`` (its leading two dims unpadded). A value padded so
+    before as another transpose of the same tensor, with the spatial dims in place (a
+    conv's input, then the same input as its kernel gradient's [C, N, ...] operand), is
+    that padded tensor transposed: a transpose instead of a gather, a where and the
+    gather index's broadcast (padding moves with a transpose of the dims it leaves
+    alone)."""
+    root, perm = ctx.source(x)
+    spatial = tuple(range(2, len(xs)))
+    key = (id(root), tuple(perm[a] for a in spatial), tuple(map(tuple, cfg)))
+    hit = ctx.padded.get(key)
+    if hit is not None and hit[0] is root:
+        _, padded, before = hit  # padded = pad(root transposed by ``before``)
+        q = [before.index(perm[i]) for i in range(len(perm))]
+        if all(q[a] == a for a in spatial):
+            return ctx.transpose(padded, q)
+    out = lax_pad(ctx, x, xs, cfg, ctx.scalar(0, dt), dt)
+    ctx.padded[key] = (root, out, tuple(perm))
+    return out
 
 
 @rule("conv")

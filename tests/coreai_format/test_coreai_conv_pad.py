@@ -165,3 +165,21 @@ def test_lax_pad_is_bit_exact_with_non_finite_values_and_negative_zero(config):
     assert got.shape == want.shape
     assert np.array_equal(got, want, equal_nan=True)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_a_convs_kernel_gradient_reuses_its_padded_input_and_matches_jax():
+    # the forward pads x (NCHW); the kernel gradient pads the same x as [C, N, H, W]: one
+    # gather for both (ops_pool._padded), a transpose of the padded tensor for the second
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 7, 6, 4)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)
+
+    def loss(w, x):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jnp.sum(jnp.tanh(y) * y)
+
+    ops = _ops(jax.grad(loss), w, x)
+    assert ops.count("gather_along_axis") == 1
+    got = rlxjax.coreml_grad(loss, format="aimodel")(w, x)
+    np.testing.assert_allclose(got, jax.jit(jax.grad(loss))(w, x), rtol=1e-4, atol=1e-4)
