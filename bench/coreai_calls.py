@@ -127,6 +127,12 @@ def main(argv=None):
     ap.add_argument("--paths", default="compiled,loaded,step")
     args = ap.parse_args(argv)
     which = args.paths.split(",")
+    if "RLXJAX_COREAI_TIMEOUT" not in os.environ:
+        # Core AI's compile of a function is part of its first call: under a heavy load it
+        # took over the default 120 s deadline here (2026-12-07), which stopped the run
+        from rlxjax.coreai import worker
+
+        worker.set_timeout(900)
     capture = Captured()
     rows = []
     print(f"{'path':<9} {'size':>8} {'direct ms':>10} {'rlxjax ms':>10} {'ratio':>6}",

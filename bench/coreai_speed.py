@@ -11,14 +11,18 @@ them), the io training step (parameters and adam state in and out of every call)
 the state training step (``state="mlstate"``: kept in Core AI states, updated in place) -
 are loaded into this one process on the Core AI runtime of ``coreai-core`` and called
 directly (``coreai.runtime``, no worker process: what an app pays), timed round robin
-(medians, ms): ``fwd``, ``fwd_in``, ``io``, ``state`` and their ratios.
+(medians, ms): ``fwd``, ``fwd_in``, ``io``, ``state`` and their ratios. Beside them, round
+robin in the same loop, the two steps as a user calls them, ``step(state, *batch)`` through
+rlxjax's worker process (``io_w``, ``state_w``: arrays through shared memory, the state
+step's states mirrored to ``/dev/shm`` after each call, the guarantee that a dead worker
+loses no completed step), and their ratios to the same assets run directly.
 The Core ML programs of the same two steps (iOS18) are counted: ops and bytes moved (read +
 written, coreml/cost.py's static model) for io and state.
 
 ``--profile`` adds, per step, Core AI's own profile of one call summed by op type (the ops
 that cost most). If ``bench/coreai_calls.py`` exists (the worker transport's table), its
-``main()`` runs too. Run: ``python bench/coreai_speed.py [repeats] [--profile]
-[--only NAME]``.
+``main()`` runs too (``--sizes`` passed on to it). Run: ``python bench/coreai_speed.py
+[repeats] [--profile] [--only NAME] [--sizes 4,1K,...]``.
 """
 from __future__ import annotations
 
@@ -161,6 +165,17 @@ def compile_all(make, folder):
     dev = sstate.device
     pieces = {dev.mil_names[n]: a for n, a in dev.read_pieces().items()}
     out["state"] = (c.save(os.path.join(folder, "state.aimodel")), _feeds(c, batch), pieces, c)
+    # the same two steps as a user calls them: step(state, *batch), through rlxjax's worker
+    # process (arrays in shared memory; the state step's states mirrored after each call)
+    held = {"io": state, "state": sstate}
+
+    def io_call():
+        io(held["io"], *batch)  # an io step returns new arrays: the state passed in is kept
+
+    def state_call():
+        held["state"] = st(held["state"], *batch)[0]  # a state step consumes its state
+
+    out["io_w"], out["state_w"] = io_call, state_call
     coreml = {}
     for mode in ("io", "mlstate"):
         step = rlxjax.coreml_train_step(loss, opt, state=mode, target="iOS18")
@@ -182,7 +197,12 @@ async def _time(programs, repeats, profile):
     AIModelAsset, NDArray = _coreai()
     models, calls = [], {}
     try:
-        for name, (path, feeds, states, _) in programs.items():
+        for name, program in programs.items():
+            if callable(program):  # a call through rlxjax's worker: timed as it is
+                program()  # the first call warms up
+                calls[name] = (program, None, None)
+                continue
+            path, feeds, states, _ = program
             ctx = AIModelAsset.load(path).executable()
             model = await ctx.__aenter__()
             models.append(ctx)
@@ -196,13 +216,17 @@ async def _time(programs, repeats, profile):
         for _ in range(repeats):
             for name, (fn, nd, st) in calls.items():
                 t0 = time.perf_counter()
-                await (fn(nd) if st is None else fn(nd, state=st))
+                if nd is None:
+                    fn()
+                else:
+                    await (fn(nd) if st is None else fn(nd, state=st))
                 times[name].append(time.perf_counter() - t0)
         prof = {}
         if profile:
-            for name, (path, feeds, states, _) in programs.items():
-                if name not in ("fwd", "fwd_in"):
-                    prof[name] = await _profile(model, path, calls[name])
+            for name, program in programs.items():
+                if name in ("io", "state"):
+                    path = program[0]
+                    prof[name] = await _profile(None, path, calls[name])
         return {n: statistics.median(t) for n, t in times.items()}, prof
     finally:
         for ctx in reversed(models):
@@ -258,9 +282,10 @@ def main(argv=None):
 
     print(f"Core AI runtime of coreai-core {version('coreai-core')}, jax {jax.__version__}; "
           f"round robin in one process, median of {repeats} calls (ms)")
-    head = (f"{'model':<12} {'fwd':>8} {'fwd_in':>8} {'io':>8} {'state':>8} {'io/fwd':>7} "
-            f"{'state/fwd':>9} {'st/fwd_in':>9} {'state/io':>8} | {'ML ops io':>9} {'state':>6} "
-            f"{'ML MB io':>9} {'state':>7}")
+    head = (f"{'model':<12} {'fwd':>8} {'fwd_in':>8} {'io':>8} {'state':>8} {'io_w':>8} "
+            f"{'state_w':>8} {'io/fwd':>7} {'st/fwd':>7} {'st/io':>6} {'io_w/io':>7} "
+            f"{'st_w/st':>7} {'st_w/io_w':>9} | {'ML ops io':>9} {'state':>6} {'ML MB io':>9} "
+            f"{'state':>7}")
     print(head)
     rows = []
     for name, make in MODELS.items():
@@ -269,11 +294,12 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as folder:
             programs, coreml = compile_all(make, folder)
             t, prof = asyncio.run(_time(programs, repeats, profile))
-        f, fi, i, s = (t[k] * 1e3 for k in ("fwd", "fwd_in", "io", "state"))
+        f, fi, i, s, iw, sw = (t[k] * 1e3 for k in ("fwd", "fwd_in", "io", "state", "io_w",
+                                                     "state_w"))
         (oi, bi), (os_, bs) = coreml["io"], coreml["mlstate"]
-        print(f"{name:<12} {f:>8.2f} {fi:>8.2f} {i:>8.2f} {s:>8.2f} {i / f:>7.2f} {s / f:>9.2f} "
-              f"{s / fi:>9.2f} {s / i:>8.2f} | {oi:>9} {os_:>6} {bi / 2**20:>9.1f} "
-              f"{bs / 2**20:>7.1f}")
+        print(f"{name:<12} {f:>8.2f} {fi:>8.2f} {i:>8.2f} {s:>8.2f} {iw:>8.2f} {sw:>8.2f} "
+              f"{i / f:>7.2f} {s / f:>7.2f} {s / i:>6.2f} {iw / i:>7.2f} {sw / s:>7.2f} "
+              f"{sw / iw:>9.2f} | {oi:>9} {os_:>6} {bi / 2**20:>9.1f} {bs / 2**20:>7.1f}")
         for k in ("fwd", "io", "state"):
             print(f"{'':<12}   {k} Core AI ops: {_histogram(programs[k][3])}")
         for k, spans in prof.items():
@@ -283,13 +309,14 @@ def main(argv=None):
             top = ", ".join(f"{op} {v / total:.0%}" for op, v in spans.most_common(8))
             print(f"{'':<12}   {k} profile: {top}")
         rows.append({"model": name, "fwd_ms": f, "fwd_in_ms": fi, "io_ms": i, "state_ms": s,
+                     "io_worker_ms": iw, "state_worker_ms": sw,
                      "coreml_io": coreml["io"], "coreml_state": coreml["mlstate"]})
     calls = os.path.join(HERE, "coreai_calls.py")
     if os.path.exists(calls) and not only:
         spec = importlib.util.spec_from_file_location("coreai_calls", calls)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        mod.main([])
+        mod.main(["--sizes", argv[argv.index("--sizes") + 1]] if "--sizes" in argv else [])
     return rows
 
 

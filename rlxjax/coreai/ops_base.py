@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Callable, Mapping
+from typing import Callable, Dict, Mapping, Tuple
 
 import numpy as np
 
@@ -89,6 +89,10 @@ def check_type(t: TensorType, node=None, native_f16: bool = False) -> None:
         raise unsupported(node, why)
 
 
+#: broadcasting elementwise ops whose Core AI rules only combine their inputs elementwise
+UNBROADCAST_OPS = frozenset({"add", "sub", "mul", "max", "min", "select"})
+
+
 class Ctx:
     """The Core AI authoring module (``ca``) and the small patterns the rules share. Values
     carry no shapes the rules read: each rule passes the RLX types it knows."""
@@ -96,6 +100,32 @@ class Ctx:
     def __init__(self, ca, native_f16: bool = False):
         self.ca = ca
         self.native_f16 = native_f16  # f16 values as Core AI fp16 (precision fp16 / mixed)
+        #: RLX value id -> (the value before its broadcast, the broadcast value), recorded
+        #: by broadcast_in_dim's rule
+        self.before_broadcast: Dict[int, Tuple[object, object]] = {}
+        #: id of a transpose made here -> (it, its input, perm); conv inputs padded here:
+        #: (id of the untransposed value, its perm, padding) -> (that value, padded input)
+        self.transposed: Dict[int, tuple] = {}
+        self.padded: Dict[tuple, tuple] = {}
+
+    def _unbroadcast(self, node, ins):
+        """The inputs of a broadcasting elementwise op, each broadcast operand taken
+        before its broadcast when another operand has the result's shape: Core AI's
+        ``broadcasting_*`` ops broadcast as they read, so the broadcast copy (a relu
+        gradient's zeros) is not written and read again (Core AI's compiler drops the
+        broadcast once nothing reads it). The same values, the same
+        result."""
+        shape = tuple(node.outputs[0].type.shape)
+        full = [tuple(v.type.shape) == shape and v.id not in self.before_broadcast
+                for v in node.inputs]
+        if not any(full):
+            return ins
+        out = []
+        for v, x, f in zip(node.inputs, ins, full):
+            small, broadcast = self.before_broadcast.get(v.id, (None, None))
+            # the very value broadcast here (a region's body may name it by an argument)
+            out.append(small if not f and broadcast is x else x)
+        return out
 
     def lower_nodes(self, nodes, env) -> None:
         """Lowers ``nodes`` in order; ``env`` maps RLX value ids to Core AI values."""
@@ -105,7 +135,10 @@ class Ctx:
                 raise unsupported(node)
             for v in list(node.inputs) + list(node.outputs):
                 check_type(v.type, node, self.native_f16)
-            out = fn(self, node, [env[v.id] for v in node.inputs])
+            ins = [env[v.id] for v in node.inputs]
+            if node.op in UNBROADCAST_OPS:
+                ins = self._unbroadcast(node, ins)
+            out = fn(self, node, ins)
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             if len(outs) != len(node.outputs):
                 raise unsupported(node, f"internal: {len(outs)} values for "
@@ -149,7 +182,20 @@ class Ctx:
 
     def transpose(self, x, perm):
         perm = list(perm)
-        return x if perm == list(range(len(perm))) else self.ca.transpose(x, self.u32(perm))
+        if perm == list(range(len(perm))):
+            return x
+        out = self.ca.transpose(x, self.u32(perm))
+        self.transposed[id(out)] = (out, x, tuple(perm))  # out[i] = x[perm[i]]
+        return out
+
+    def source(self, x):
+        """(v, perm) with ``x`` = ``v`` transposed by ``perm`` (v not itself a transpose
+        made here; perm the identity when x is none)."""
+        perm = tuple(range(len(self.shape(x))))
+        while id(x) in self.transposed and self.transposed[id(x)][0] is x:
+            _, x, p = self.transposed[id(x)]
+            perm = tuple(p[i] for i in perm)
+        return x, perm
 
     def broadcast(self, x, shape, dtype: DType):
         """``x`` broadcast to ``shape`` (the result type given: the authoring API infers a

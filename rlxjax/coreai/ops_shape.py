@@ -97,7 +97,11 @@ def _broadcast_in_dim(ctx, node, ins):
     for d, n in zip(node.params["dims"], in_t.shape):
         padded[d] = n
     v = ctx.reshape(x, padded) if tuple(padded) != tuple(in_t.shape) else x
-    return v if tuple(padded) == tuple(shape) else ctx.broadcast(v, shape, in_t.dtype)
+    if tuple(padded) == tuple(shape):
+        return v
+    out = ctx.broadcast(v, shape, in_t.dtype)
+    ctx.before_broadcast[node.outputs[0].id] = (v, out)  # what a broadcasting op reads instead
+    return out
 
 
 @rule("dot_general")

@@ -92,7 +92,58 @@ def test_strided_and_dilated_convs_and_their_gradients_match_jax(fmt, case):
 def test_a_same_conv_and_its_strided_backward_run_no_pad_op():
     _, loss, x, w = _case((2, 2), (1, 1), "SAME", (3, 3), (8, 8))
     ops = _ops(jax.grad(loss, (0, 1)), x, w)
-    assert "conv2d" in ops and "pad" not in ops and "concat" not in ops
+    # one concat: the strided conv's input gradient interleaves its phases (ops_pool.py)
+    assert "conv2d" in ops and "pad" not in ops and ops.count("concat") <= 1
+
+
+def _dx_case(dims, stride, k, pad, groups=1, seed=0):
+    """The input gradient of a strided conv: a conv of its input dilated by the stride."""
+    rng = np.random.default_rng(seed)
+    size = (7, 8)[:dims]
+    x = rng.standard_normal((2, 2 * groups) + size).astype(np.float32)
+    w = rng.standard_normal((3 * groups, 2) + k).astype(np.float32)
+
+    def loss(x, w):
+        y = lax.conv_general_dilated(x, w, stride, pad, feature_group_count=groups)
+        return jnp.sum(jnp.sin(y) * y)
+
+    return loss, x, w
+
+
+@pytest.mark.parametrize("dims, stride, k, pad, groups", [
+    (2, (2, 2), (3, 3), "SAME", 1),
+    (2, (2, 3), (3, 3), ((1, 2), (0, 1)), 2),
+    (1, (3,), (4,), ((2, 1),), 1),
+])
+def test_a_strided_convs_input_gradient_runs_as_phase_convs_and_matches_jax(dims, stride, k,
+                                                                           pad, groups):
+    loss, x, w = _dx_case(dims, stride, k, pad, groups)
+    ops = _ops(jax.grad(loss), x, w)
+    phases = int(np.prod(stride))
+    assert ops.count("conv2d") == 1 + phases  # the forward, then one conv per phase
+    got = rlxjax.coreml_grad(loss, argnums=(0, 1), format="aimodel")(x, w)
+    want = jax.jit(jax.grad(loss, (0, 1)))(x, w)
+    for g, j in zip(got, want):
+        np.testing.assert_allclose(g, j, rtol=1e-4, atol=1e-4)
+
+
+def test_phase_convs_keep_an_infinite_input_infinite_as_xla_does():
+    # no zero sample of the dilated input meets a tap: inf * w stays inf (never inf * 0)
+    rng = np.random.default_rng(1)
+    dy = rng.uniform(0.5, 1.0, (1, 2, 4, 5)).astype(np.float32)
+    dy[0, 1, 1, 2], dy[0, 0, 3, 0] = np.inf, -np.inf
+    w = rng.uniform(0.5, 1.0, (3, 2, 3, 3)).astype(np.float32)
+
+    def f(dy, w):
+        return lax.conv_general_dilated(dy, w, (1, 1), ((1, 2), (2, 1)), lhs_dilation=(2, 2))
+
+    want = np.asarray(jax.jit(f)(dy, w))
+    got = rlxjax.coreml_jit(f, format="aimodel")(dy, w)
+    assert np.isnan(want).any() == np.isnan(got).any()
+    assert np.array_equal(np.isinf(got), np.isinf(want))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("config", [
@@ -114,3 +165,21 @@ def test_lax_pad_is_bit_exact_with_non_finite_values_and_negative_zero(config):
     assert got.shape == want.shape
     assert np.array_equal(got, want, equal_nan=True)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_a_convs_kernel_gradient_reuses_its_padded_input_and_matches_jax():
+    # the forward pads x (NCHW); the kernel gradient pads the same x as [C, N, H, W]: one
+    # gather for both (ops_pool._padded), a transpose of the padded tensor for the second
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 7, 6, 4)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)
+
+    def loss(w, x):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jnp.sum(jnp.tanh(y) * y)
+
+    ops = _ops(jax.grad(loss), w, x)
+    assert ops.count("gather_along_axis") == 1
+    got = rlxjax.coreml_grad(loss, format="aimodel")(w, x)
+    np.testing.assert_allclose(got, jax.jit(jax.grad(loss))(w, x), rtol=1e-4, atol=1e-4)
