@@ -19,9 +19,13 @@ from . import ca_private
 from .ops_base import carried, rule
 
 
-def lower_region(ctx, graph, args) -> list:
+def lower_region(ctx, graph, args, loop: bool = False) -> list:
     env = {v.id: a for (_, v), a in zip(graph.inputs, args)}
-    ctx.lower_nodes(graph.nodes, env)
+    ctx.loops += loop
+    try:
+        ctx.lower_nodes(graph.nodes, env)
+    finally:
+        ctx.loops -= loop
     return [env[v.id] for _, v in graph.outputs]
 
 
@@ -56,8 +60,8 @@ def _while(ctx, node, ins):
     cc, bc, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
     return ca_private.while_loop(
         list(init),
-        lambda carry: lower_region(ctx, node.regions["cond"], list(cc) + carry)[0],
-        lambda carry: lower_region(ctx, node.regions["body"], list(bc) + carry))
+        lambda carry: lower_region(ctx, node.regions["cond"], list(cc) + carry, True)[0],
+        lambda carry: lower_region(ctx, node.regions["body"], list(bc) + carry, True))
 
 
 @rule("scan")
