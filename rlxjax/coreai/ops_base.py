@@ -96,7 +96,7 @@ class Ctx:
     def __init__(self, ca, native_f16: bool = False):
         self.ca = ca
         self.native_f16 = native_f16  # f16 values as Core AI fp16 (precision fp16 / mixed)
-        self.loops = 0  # how many ``while`` bodies / conditions the nodes lowered are in
+        self.loops = 0  # how many counted loops (``trip_count``) the nodes lowered are in
 
     def lower_nodes(self, nodes, env) -> None:
         """Lowers ``nodes`` in order; ``env`` maps RLX value ids to Core AI values."""

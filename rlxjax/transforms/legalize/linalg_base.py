@@ -69,16 +69,17 @@ class E:
         shape = tuple(1 if k == r + axis else d for k, d in enumerate(x.shape))
         return self.b.reshape(self.b.add(op, x, axes=(r + axis,)), shape)
 
-    def mm(self, x, y, transpose_y: bool = False):
+    def mm(self, x, y, transpose_y: bool = False, transpose_x: bool = False):
         """The matrix product over the trailing two dims (the leading ones a batch); with
-        ``transpose_y``, ``x·yᵀ``."""
+        ``transpose_x`` / ``transpose_y``, ``xᵀ`` / ``yᵀ`` in it."""
         r = x.type.rank
         batch = tuple(range(r - 2))
+        cx = r - 2 if transpose_x else r - 1
         if y.type.rank == 2 and r > 2:  # one matrix for the whole batch
-            return self.b.add("dot_general", x, y, contract=((r - 1,), (1 if transpose_y else 0,)),
+            return self.b.add("dot_general", x, y, contract=((cx,), (1 if transpose_y else 0,)),
                               batch=((), ()))
         return self.b.add("dot_general", x, y,
-                          contract=((r - 1,), (r - 1 if transpose_y else r - 2,)),
+                          contract=((cx,), (r - 1 if transpose_y else r - 2,)),
                           batch=(batch, batch))
 
     def swap_last(self, x):
@@ -98,33 +99,28 @@ def iota(n: int, axis: int, rank: int = 2) -> np.ndarray:
 
 def loop(b: Builder, n: int, consts: Sequence, init: Sequence, body: Callable,
          cond: Callable = None) -> list:
-    """``for j in range(n): carry = body(e, j, consts, *carry)`` as an RLX ``while`` ->
-    the final carry. Regions are closed: ``consts`` are the outer values the body reads
-    (it gets them as its own). The loop carries a second counter, tested too (``j < n and
-    k < n + 1``): with ``j < n`` alone, Core AI's runtime never ended some loops (measured:
-    a product of a row with the carry written back into it; the same loop with the second
-    test gives the right values). ``cond(e, carry) -> bool[]``, when given, is and-ed to
-    the counters' test (a loop that may end early)."""
-    types = [I32, I32] + [v.type for v in init]
+    """``for j in range(n): carry = body(e, j, consts, *carry)`` as an RLX ``while`` (its
+    ``trip_count`` n) -> the final carry. Regions are closed: ``consts`` are the outer
+    values the body reads (it gets them as its own). ``cond(e, carry) -> bool[]``, when
+    given, is and-ed to ``j < n`` (a loop that may end early)."""
+    types = [I32] + [v.type for v in init]
     cg = Graph("cond")
     cin = [cg.add_input(f"c{k}", t) for k, t in enumerate(types)]
     ec = E(Builder(cg, b.source))
-    more = ec("and", ec("lt", cin[0], n), ec("lt", cin[1], n + 1))
+    more = ec("lt", cin[0], n)
     if cond is not None:
-        more = ec("and", more, cond(ec, cin[2:]))
+        more = ec("and", more, cond(ec, cin[1:]))
     cg.add_output("more", more)
     bg = Graph("body")
     kin = [bg.add_input(f"k{k}", v.type) for k, v in enumerate(consts)]
     bin_ = [bg.add_input(f"c{k}", t) for k, t in enumerate(types)]
     eb = E(Builder(bg, b.source))
-    outs = [eb("add", bin_[0], 1), eb("add", bin_[1], 1)] + list(body(eb, bin_[0], kin,
-                                                                        *bin_[2:]))
+    outs = [eb("add", bin_[0], 1)] + list(body(eb, bin_[0], kin, *bin_[1:]))
     for k, (v, t) in enumerate(zip(outs, types)):
         if v.type != t:
             raise AssertionError(f"internal: a linalg loop carries {t}, its body gives {v.type}")
         bg.add_output(f"o{k}", v)
-    zero = b.constant(np.int32(0))
-    node = b.graph.add_node("while", list(consts) + [zero, zero] + list(init),
-                            {"n_cond_consts": 0, "n_body_consts": len(consts)}, b.source,
-                            {"cond": cg, "body": bg})
-    return list(node.outputs[2:])
+    node = b.graph.add_node("while", list(consts) + [b.constant(np.int32(0))] + list(init),
+                            {"n_cond_consts": 0, "n_body_consts": len(consts),
+                             "trip_count": n}, b.source, {"cond": cg, "body": bg})
+    return list(node.outputs[1:])

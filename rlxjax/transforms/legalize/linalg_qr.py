@@ -34,7 +34,7 @@ def _reflector(e, x, j, m: int):
 def _apply(e, v, tau, x, cols=None):
     """(I − tau v vᵀ) x as ``larf``: w = vᵀx, x − v·(tau·w); only the columns where
     ``cols`` holds (a [1, n] mask) when given."""
-    w = e.mm(e.swap_last(v), x)
+    w = e.mm(v, x, transpose_x=True)
     out = e("sub", x, e("mul", v, e("mul", tau, w)))
     return out if cols is None else e.sel(cols, out, x)
 

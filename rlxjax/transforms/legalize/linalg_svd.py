@@ -117,10 +117,11 @@ def _svd(b, node, ins):
     unit = e.sel(e("gt", sigma, 0.0), e("div", w, sigma), 0.0)
     sigma, unit, v = _sort_descending(e, sigma, unit, v)
     sigma, unit = _last(b, sigma, 0, cols), _last(b, unit, 0, cols)
-    v = _last(b, e.swap_last(_last(b, v, 0, cols)), 0, cols)   # v[:cols, :cols]ᵀ
+    v = b.add("slice", v, start=(0,) * v.type.rank, limit=batch + (cols, cols),
+              strides=(1,) * v.type.rank)
     ok = e("le", off, tol)
     sigma = e.sel(ok, b.reshape(sigma, batch + (cols,)), np.nan)
-    unit, vt = e.sel(ok, unit, np.nan), e.sel(ok, v, np.nan)
+    unit, v = e.sel(ok, unit, np.nan), e.sel(ok, v, np.nan)
     if m >= n:  # a = w vᵀ: u = w/σ, vt = vᵀ
-        return [sigma, unit, vt]
-    return [sigma, e.swap_last(vt), e.swap_last(unit)]  # aᵀ = w vᵀ: a = v σ (w/σ)ᵀ
+        return [sigma, unit, e.swap_last(v)]
+    return [sigma, v, e.swap_last(unit)]  # aᵀ = w vᵀ: a = v σ (w/σ)ᵀ
