@@ -36,3 +36,14 @@ def test_both_formats_take_the_one_decomposition(op):
     loops = [n for n in nodes if n.op == "while"]
     assert loops and all(isinstance(n.params.get("trip_count"), int) for n in loops)
     assert all(coreai_native(n) and lowers_natively(n.op, get_target("iOS15")) for n in nodes)
+
+
+def test_core_ai_refuses_fp16_linalg_by_name_as_before():
+    from rlxjax.errors import UnsupportedPrimitiveError
+    from rlxjax.ir import DType, Graph, TensorType
+
+    g = Graph()
+    a = g.add_input("a", TensorType((3, 3), DType.f16))
+    g.add_output("l", g.add_node("cholesky", [a], {}).outputs[0])
+    with pytest.raises(UnsupportedPrimitiveError, match="cholesky of f16 is not lowered for Core AI"):
+        legalize(g, coreai_native)
