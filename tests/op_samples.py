@@ -89,6 +89,7 @@ _OTHER = {
     "cumsum": ([_t(2, 3)], {"axis": 1, "reverse": False}),
     "dynamic_slice": ([_t(3, 4), _t(dtype=I32), _t(dtype=I32)], {"sizes": (2, 2)}),
     "dynamic_update_slice": ([_t(3, 4), _t(2, 2), _t(dtype=I32), _t(dtype=I32)], {}),
+    "take_at": ([_t(2, 3, 4), _t(dtype=I32)], {"axis": 1}),
     "bernoulli": ([], {"shape": (2, 3), "dtype": F32, "prob": 0.5, "seed": 0}),
     "random_uniform": ([], {"shape": (2, 3), "dtype": F32, "low": -1.0, "high": 2.0, "seed": 0}),
     "random_normal": ([], {"shape": (2, 3), "dtype": F32, "mean": 0.0, "std": 1.0, "seed": 0}),

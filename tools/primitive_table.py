@@ -36,12 +36,14 @@ import rlxjax.nn  # noqa: E402,F401
 from rlxjax.coreml.builder import MilBuilder, Var  # noqa: E402
 from rlxjax.coreml.ct_private import blob_writer  # noqa: E402
 from rlxjax.coreml.lower import LowerContext  # noqa: E402
-from rlxjax.coreml.registry import LOWERINGS, claimed_targets  # noqa: E402
+from rlxjax.coreml.registry import LOWERINGS, claimed_targets, lowers_natively  # noqa: E402
 from rlxjax.coreml.targets import TARGETS as ALL_TARGETS, get_target  # noqa: E402
 from rlxjax.errors import RlxError, UnsupportedPrimitiveError  # noqa: E402
 from rlxjax.frontend import RULES, trace  # noqa: E402
 from rlxjax.frontend.rules.random import RANDOM_PRIMITIVES  # noqa: E402
+from rlxjax.ir import Graph  # noqa: E402
 from rlxjax.ir.ops import FAMILIES, OPS  # noqa: E402
+from rlxjax.transforms.legalize import legalize, needs_legalizing  # noqa: E402
 from rlxjax.transforms.vjp import NON_DIFFERENTIABLE, VJPS  # noqa: E402
 from rlxjax.transforms.vjp.registry import refusal  # noqa: E402
 
@@ -218,13 +220,32 @@ def mil_ops(graph, nodes, target):
         env = {v.id: Var(f"in{i}", v.type, None) for i, (_, v) in enumerate(graph.inputs)}
         for node in graph.nodes:
             n0 = len(b.ops)
-            outs = LOWERINGS[node.op](ctx, node, *[env[v.id] for v in node.inputs])
-            outs = outs if isinstance(outs, tuple) else (outs,)
+            outs = _lower_node(ctx, node, [env[v.id] for v in node.inputs], target)
             env.update((v.id, mv) for v, mv in zip(node.outputs, outs))
             if id(node) in wanted:
                 emitted.update(op.type for op in b.ops[n0:] if op.type != "const")
         b.close_blob()
     return emitted
+
+
+def _lower_node(ctx, node, ins, target):
+    """The MIL values of ``node``: its lowering, or that of its decomposition (the
+    legalize stage's, rlxjax/transforms/legalize/) when Core ML has none."""
+    native = lambda n: lowers_natively(n.op, get_target(target))  # noqa: E731
+    g = Graph("one")
+    args = [g.add_input(f"x{i}", v.type) for i, v in enumerate(node.inputs)]
+    for i, v in enumerate(g.add_node(node.op, args, node.params, node.source,
+                                     node.regions or None).outputs):
+        g.add_output(f"y{i}", v)
+    if not needs_legalizing(g, native):
+        outs = LOWERINGS[node.op](ctx, node, *ins)
+        return outs if isinstance(outs, tuple) else (outs,)
+    g = legalize(g, native)
+    env = {v.id: x for (_, v), x in zip(g.inputs, ins)}
+    for n in g.nodes:
+        env.update((v.id, mv) for v, mv in zip(
+            n.outputs, _lower_node(ctx, n, [env[v.id] for v in n.inputs], target)))
+    return tuple(env[v.id] for _, v in g.outputs)
 
 
 def _targets(graph, nodes):
@@ -315,7 +336,8 @@ def op_rows():
         params = ", ".join(f"`{k}`" + ("" if p.required else "?") for k, p in d.params.items())
         regions = f" (regions: {', '.join(d.regions)})" if d.regions else ""
         rows.append([name, d.family, d.effect + regions,
-                     params or "—", _since(claimed_targets(name)), _op_vjp(name)])
+                     params or "—", _since(claimed_targets(name)) if d.impl("lower")
+                     or not d.impl("decompose") else "decomposed", _op_vjp(name)])
     return rows
 
 

@@ -19,9 +19,15 @@ from . import ca_private
 from .ops_base import carried, rule
 
 
-def lower_region(ctx, graph, args) -> list:
+def lower_region(ctx, graph, args, loop: bool = False) -> list:
+    """``graph``'s outputs lowered from ``args``; ``loop``: in a counted loop's region (its
+    ``select``s widen their operands, ops_elementwise.py)."""
     env = {v.id: a for (_, v), a in zip(graph.inputs, args)}
-    ctx.lower_nodes(graph.nodes, env)
+    ctx.loops += loop
+    try:
+        ctx.lower_nodes(graph.nodes, env)
+    finally:
+        ctx.loops -= loop
     return [env[v.id] for _, v in graph.outputs]
 
 
@@ -52,12 +58,31 @@ def _branch(ctx, node, index, operands, k):
 
 @rule("while")
 def _while(ctx, node, ins):
+    """A counted loop (``trip_count``) carries a second counter, tested too (``k < trips +
+    1``): with its own test alone, Core AI's runtime never ended some loops (measured: the
+    legalize stage's linalg loops, a product of a row with the carry written back into
+    it; the same loop with the second test gives the right values); and its ``select``s
+    widen their operands (``Ctx.widen``). A loop without a ``trip_count`` (JAX's own) is
+    lowered as it is."""
     nc, nb = node.params["n_cond_consts"], node.params["n_body_consts"]
     cc, bc, init = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
-    return ca_private.while_loop(
-        list(init),
-        lambda carry: lower_region(ctx, node.regions["cond"], list(cc) + carry)[0],
-        lambda carry: lower_region(ctx, node.regions["body"], list(bc) + carry))
+    trips = node.params.get("trip_count")
+    if trips is None:
+        return ca_private.while_loop(
+            list(init),
+            lambda carry: lower_region(ctx, node.regions["cond"], list(cc) + carry)[0],
+            lambda carry: lower_region(ctx, node.regions["body"], list(bc) + carry))
+    i32 = DType.i32
+
+    def cond(carry):
+        more = lower_region(ctx, node.regions["cond"], list(cc) + carry[1:], True)[0]
+        return ctx.and_(more, ctx.lt(carry[0], ctx.scalar(trips + 1, i32)))
+
+    def body(carry):
+        return [ctx.add(carry[0], ctx.scalar(1, i32))] + lower_region(
+            ctx, node.regions["body"], list(bc) + carry[1:], True)
+
+    return ca_private.while_loop([ctx.const(np.int32(0))] + list(init), cond, body)[1:]
 
 
 @rule("scan")

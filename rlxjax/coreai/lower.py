@@ -15,12 +15,13 @@ import numpy as np
 
 from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
 from ..ir import DType, Graph, TensorType, verify
+from ..ir.ops import OPS
 from ..signature import IOSpec, feature_name, unique_names as _unique
 from ..transforms.legalize import legalize
 from . import ca_private
 from .fp16 import to_fp16
 from .ops import Ctx, lower_nodes
-from .ops_base import RULES, carried, check_type, native_f16_values
+from .ops_base import RULES, carried, check_type, native_f16_values, unsupported
 
 
 #: RLX ops that never reach the Core AI rules, each with where it goes instead
@@ -35,8 +36,17 @@ NOT_LOWERED = {
 
 def native(node) -> bool:
     """The RLX ops Core AI runs as they are (it has a rule for them, ops.py); the composite
-    ops it has none for are decomposed first (rlxjax/transforms/legalize/)."""
-    return node.op in RULES
+    ops it has none for are decomposed first (rlxjax/transforms/legalize/). The linalg
+    family is decomposed in fp32 only (its fp16 results are not measured against JAX):
+    an fp16 one is refused by name here."""
+    if node.op in RULES:
+        return True
+    if OPS[node.op].family == "linalg":
+        for v in list(node.inputs) + list(node.outputs):
+            if v.type.dtype.is_float and v.type.dtype != DType.f32:
+                raise unsupported(node, f"{node.op} of {v.type.dtype} is not lowered for "
+                                        "Core AI")
+    return False
 
 
 def _io_dtype(d: DType) -> DType:

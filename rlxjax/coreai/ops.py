@@ -6,7 +6,7 @@ fused activations and attention), ops_pool.py (pooling, convolutions), control.p
 weights.py (frozen weights, compressed ones decompressed by Core AI ops); ops_base.py has
 the context, the registry and the dispatch (``Ctx.lower_nodes``). Every other op is
 refused, naming the JAX primitive and the user's line. The composite ops Core AI has no rule
-for (the norms and their backward ops) are decomposed in the RLX graph before these rules
+for (the norms and their backward ops, the linalg family) are decomposed in the RLX graph before these rules
 run (rlxjax/transforms/legalize/, lower.py).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Dict
 
 from . import (control, ops_bitwise, ops_elementwise, ops_nn, ops_pool,  # noqa: F401
                ops_shape, ops_special, weights)
-from . import ops_linalg, ops_linalg_qr, ops_linalg_svd, ops_special2  # noqa: F401
+from . import ops_special2  # noqa: F401
 from . import ops_int  # noqa: F401  (after ops_shape: it wraps its dot_general rule)
 from .ops_base import Ctx
 

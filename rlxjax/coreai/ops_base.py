@@ -100,6 +100,7 @@ class Ctx:
     def __init__(self, ca, native_f16: bool = False):
         self.ca = ca
         self.native_f16 = native_f16  # f16 values as Core AI fp16 (precision fp16 / mixed)
+        self.loops = 0  # how many counted loops (``trip_count``) the nodes lowered are in
         #: RLX value id -> (the value before its broadcast, the broadcast value), recorded
         #: by broadcast_in_dim's rule
         self.before_broadcast: Dict[int, Tuple[object, object]] = {}
@@ -221,6 +222,31 @@ class Ctx:
     # -- exact elementwise patterns --------------------------------------------------------
     def where(self, cond, on_true, on_false):
         return self.ca.broadcasting_where(cond, on_true, on_false)
+
+    def widen(self, v, shape, dtype: DType):
+        """``v`` broadcast to ``shape`` by an elementwise identity with a splat constant of
+        that shape (``x + -0.0`` keeps every float, signed zeros and NaN included; int ``+ 0``;
+        bool ``or False``): Core AI's runtime hung on a ``broadcast_to`` (and on a ``where``
+        whose operands broadcast along different dims) of a value computed from a loop's
+        carry inside the loop (measured: a [1, 1, 2] row of a product with the carry,
+        broadcast to [1, 3, 2], never finished); implicit broadcasting against a full-shape
+        operand does not hang."""
+        if tuple(self.shape(v)) == tuple(shape):
+            return v
+        if dtype == DType.bool:
+            return self.or_(v, self.const(np.zeros(shape, bool)))
+        fill = -0.0 if carried(dtype).is_float else 0
+        return self.add(v, self.const(np.full(shape, fill, NP[carried(dtype)])))
+
+    def select_in_loop(self, cond, on_true, on_false, dtype: DType):
+        """``where`` inside a loop: its operands widened to the result's shape first (a
+        rank-0 one stays): see ``widen``."""
+        shape = np.broadcast_shapes(*(self.shape(v) for v in (cond, on_true, on_false)))
+
+        def full(v, dt):
+            return v if not self.shape(v) else self.widen(v, shape, dt)
+
+        return self.where(full(cond, DType.bool), full(on_true, dtype), full(on_false, dtype))
 
     def add(self, a, b):
         return self.ca.broadcasting_add(a, b)

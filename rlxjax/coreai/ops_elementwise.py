@@ -238,6 +238,8 @@ def compare(ctx, node, ins):
 def _select(ctx, node, ins):  # select(which, case0, case1, ...), as lax.select_n
     which, cases = ins[0], ins[1:]
     if _t(node).dtype == DType.bool:
+        if ctx.loops:  # in a counted loop (Ctx.widen: broadcasting where-s hung there)
+            return ctx.select_in_loop(which, cases[1], cases[0], node.outputs[0].type.dtype)
         return ctx.where(which, cases[1], cases[0])
     out = cases[0]
     for k in range(1, len(cases)):

@@ -360,3 +360,16 @@ def _cumsum(ctx, node, ins):
     x = ctx.reshape(ins[0], shape[:axis] + (1,) + shape[axis:])
     out = ctx.reduce("sum", ctx.mul(x, ctx.const(mask)), [axis + 1])
     return ctx.reshape(out, tuple(t.shape))
+
+
+@rule("take_at")
+def _take_at(ctx, node, ins):
+    """The one-hot ``where`` of entry ``i`` (the rest -0.0; int: 0) summed along the axis
+    (exact: v + -0.0 is v, signed zeros and NaN included; a NaN elsewhere is not read).
+    Core AI's runtime read garbage indices (and hung) on a ``gather_along_axis`` at an
+    index computed from a loop's counter (measured)."""
+    x, i = ins
+    t, ax = _t(node), node.params["axis"]
+    hit = ctx.eq(ctx.iota(t.shape[ax], ax, t.rank), i)
+    fill = ctx.scalar(-0.0 if carried(t.dtype).is_float else 0, t.dtype)
+    return ctx.reduce("sum", ctx.select_in_loop(hit, x, fill, t.dtype), [ax])

@@ -11,13 +11,12 @@ from __future__ import annotations
 from ..ir import DType, special_eval, special_incomplete
 from .ops_base import rule, unsupported
 from .ops_fx import Fx
-from .ops_linalg import widen
 
 
 def _in_fp32(fn, f16: bool, loops: bool = False):
     """A lowering computing ``fn`` on ``Fx`` in fp32, its operands at the result's shape
     (Core AI's where misbehaved on operands that broadcast along different dims:
-    ops_linalg.py ``widen``). ``f16``: fp16 values too, as XLA computes them, in fp32
+    ops_base.py ``Ctx.widen``). ``f16``: fp16 values too, as XLA computes them, in fp32
     rounded once (a carried fp16 value is rounded by Ctx.lower_nodes; a native one,
     precision fp16, is cast). ``loops``: the operands at least 1-D (the while loops of
     ir/special_incomplete.py run on rank 0 as [1])."""
@@ -31,7 +30,7 @@ def _in_fp32(fn, f16: bool, loops: bool = False):
         shape = tuple(t.shape) or ((1,) if loops else ())
         if loops:
             ins = [v if ctx.shape(v) else ctx.reshape(v, (1,) * len(shape)) for v in ins]
-        out = fn(Fx(ctx), *[widen(ctx, v, shape, DType.f32) for v in ins])
+        out = fn(Fx(ctx), *[ctx.widen(v, shape, DType.f32) for v in ins])
         out = out if tuple(t.shape) == shape else ctx.reshape(out, tuple(t.shape))
         return ctx.ca.cast(out, ctx.ca.float16) if native else out
 

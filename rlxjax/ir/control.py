@@ -9,8 +9,11 @@ from its third argument.
 - ``cond(index, *operands; branches)``: runs ``branches[index]`` on the operands (the
   index is clamped into range, as ``lax.switch`` does); every branch has the same
   signature.
-- ``while(*cond_consts, *body_consts, *init; cond, body, n_cond_consts, n_body_consts)``:
-  ``cond(cond_consts, carry) -> bool[]``, ``body(body_consts, carry) -> carry``.
+- ``while(*cond_consts, *body_consts, *init; cond, body, n_cond_consts, n_body_consts,
+  trip_count?)``: ``cond(cond_consts, carry) -> bool[]``, ``body(body_consts, carry) ->
+  carry``. ``trip_count``, when given, says the loop runs at most that many times (a
+  counted loop of the legalize stage, transforms/legalize/linalg_base.py): a format may
+  use it (Core AI guards such loops with a second counter, coreai/control.py).
 - ``scan(*consts, *init, *xs; body, length, reverse, num_consts, num_carry)``:
   ``body(consts, carry, x_t) -> (carry, y_t)``; outputs are the final carry and the
   ``y_t`` stacked along a new leading axis of size ``length``.
@@ -55,7 +58,8 @@ def _cond(ts, p, r):
 
 
 @defop("while", "control", None, regions=("cond", "body"), params={
-    "n_cond_consts": Param(INT), "n_body_consts": Param(INT)})
+    "n_cond_consts": Param(INT), "n_body_consts": Param(INT),
+    "trip_count": Param(INT, required=False, doc="at most this many iterations")})
 def _while(ts, p, r):
     cond, body = r["cond"], r["body"]
     nc, nb = p["n_cond_consts"], p["n_body_consts"]

@@ -18,6 +18,11 @@ before these ops see the indices.
   (``0 <= start <= dim - size``; the frontend clamps them as JAX does).
 - ``dynamic_update_slice(x, upd, *starts)``: x with the block at ``starts`` replaced by
   ``upd``; starts in range as for dynamic_slice.
+- ``take_at(x, i; axis)``: entry ``i`` of ``x`` along ``axis``, the axis kept (size 1),
+  ``i`` int32 in range: rank 0 (one index), or of x's rank with size 1 at ``axis`` and
+  each other dim 1 or x's (an index per batch element, broadcast). Made by the legalize
+  stage (transforms/legalize/linalg*.py: a loop reading row or column ``j``), after the
+  grad transform: not differentiated.
 """
 from __future__ import annotations
 
@@ -93,3 +98,15 @@ def _dynamic_update_slice(ts, p):
              f"dynamic_update_slice: update {upd} does not fit in {x}")
     return [x]
 
+
+
+@defop("take_at", "indexing", 2, params={"axis": Param(INT)}, differentiable=False)
+def _take_at(ts, p):
+    x, i = ts
+    ax = p["axis"]
+    _require(0 <= ax < x.rank, f"take_at axis {ax} out of range for {x}")
+    _require(i.dtype == DType.i32, f"take_at: the index must be i32, got {i}")
+    _require(i.rank == 0 or (i.rank == x.rank and i.shape[ax] == 1 and all(
+        a in (1, d) for a, d in zip(i.shape, x.shape))),
+        f"take_at: index {i} is neither rank 0 nor x's {x} rank with size 1 at axis {ax}")
+    return [x.with_shape(1 if k == ax else d for k, d in enumerate(x.shape))]

@@ -108,8 +108,8 @@ def _svd(ts, p):
     return [a.with_shape(batch + (k,)), a.with_shape(batch + (m, k)), a.with_shape(batch + (k, n))]
 
 
-#: the one-sided Jacobi SVD schedule every layer computes ``svd`` with (the Core ML
-#: lowering, coreml/rules/linalg_svd.py, and constant folding, transforms/fold/linalg.py)
+#: the one-sided Jacobi SVD schedule every layer computes ``svd`` with (the decomposition,
+#: transforms/legalize/linalg_svd.py, and constant folding, transforms/fold/linalg.py)
 MAX_SWEEPS = 30
 
 

@@ -1,5 +1,5 @@
 """The linalg family, integer dot_general / conv and the special functions on Core AI
-(rlxjax/coreai/ops_linalg*.py, ops_int.py, ops_special2.py): compiled with format="aimodel",
+(rlxjax/transforms/legalize/linalg*.py, ops_int.py, ops_special2.py): compiled with format="aimodel",
 run on Apple's Core AI runtime and compared with float64 (JAX with x64) within XLA's own
 fp32 error plus a measured margin, integer ops bit for bit with jax.jit, the special
 functions in ulps of float64 (the measured worst, rounded up: docs/coreai.md).

@@ -8,7 +8,6 @@ from . import conv  # noqa: F401
 from . import random  # noqa: F401
 from . import control  # noqa: F401
 from . import special  # noqa: F401  (the elementwise math of ir/special.py)
-from . import linalg, linalg_svd  # noqa: F401
 from . import bitwise  # noqa: F401
 from . import convert  # noqa: F401
 from . import constexpr  # noqa: F401  (frozen weights, compressed)

@@ -81,3 +81,19 @@ def _dynamic_update_slice(ctx, node, x, upd, *starts):
     y = b.op("scatter_nd", t.with_dtype(xi.dtype), data=xi, indices=idx, updates=ui,
              mode="update")
     return restore_bool(b, y, t.dtype)
+
+
+@lowering("take_at")
+def _take_at(ctx, node, x, i):
+    """A runtime index: ``slice_by_size`` from ``unit·i``; one per batch element: a
+    ``gather_along_axis`` (the index tiled to the result's shape)."""
+    b, t, ax = ctx.b, ctx.out_type(node), node.params["axis"]
+    if i.type.rank == 0:
+        unit = np.zeros(t.rank, np.int32)
+        unit[ax] = 1
+        begin = b.op("mul", TensorType((t.rank,), DType.i32), x=unit, y=i)
+        return b.op("slice_by_size", t, x=x, begin=begin, size=np.asarray(t.shape, np.int32))
+    reps = np.asarray([d // k for d, k in zip(t.shape, i.shape)], np.int32)
+    if (reps != 1).any():
+        i = b.op("tile", t.with_dtype(DType.i32), x=i, reps=reps)
+    return b.op("gather_along_axis", t, x=x, indices=i, axis=np.int32(ax))

@@ -67,3 +67,10 @@ def _dynamic_update_slice(p, x, upd, *starts):
     out = x.copy()
     out[tuple(slice(b, b + n) for b, n in zip(begin, upd.shape))] = upd
     return out
+
+
+@register_impl("fold", "take_at")
+def _take_at(p, x, i):
+    ax = p["axis"]
+    idx = np.broadcast_to(np.asarray(i), tuple(1 if k == ax else d for k, d in enumerate(x.shape)))
+    return np.take_along_axis(x, idx.astype(np.int64), ax).copy()

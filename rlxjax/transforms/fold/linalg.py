@@ -1,5 +1,5 @@
 """Fold: the linalg family, in the operand's dtype, by the same loops and the same
-arithmetic as the lowering (coreml/rules/linalg.py) computes them."""
+arithmetic as the decomposition (transforms/legalize/linalg*.py) computes them."""
 from __future__ import annotations
 
 import numpy as np
@@ -171,7 +171,7 @@ def qr(p, a):
 
 @register_impl("fold", "svd")
 def svd(p, a):
-    """One-sided Jacobi, as coreml/rules/linalg_svd.py computes it."""
+    """One-sided Jacobi, as transforms/legalize/linalg_svd.py computes it."""
     from ...ir.linalg import MAX_SWEEPS, round_robin  # the same schedule as the lowering
     m, n = a.shape[-2:]
     dt = a.dtype.type

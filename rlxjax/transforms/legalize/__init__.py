@@ -18,7 +18,7 @@ from typing import Callable, Dict
 from ...ir import Graph, Node, verify
 from ...ir.builder import Builder
 from ...ir.ops import OPS
-from . import norm  # noqa: F401  (registers the decompositions)
+from . import linalg, linalg_qr, linalg_svd, linalg_tri, norm  # noqa: F401  (registers them)
 
 Native = Callable[[Node], bool]
 
