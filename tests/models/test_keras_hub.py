@@ -9,7 +9,8 @@ random="inputs"), bool, int32 and float32 padding masks.
 Needs keras and keras-hub, which CI installs without TensorFlow (.ci/run: keras-hub with
 --no-deps, plus regex and tokenizers, the imports it needs); skipped without them. The
 default run takes a sample (GPT-2: LoRA steps and greedy generation; Qwen top-k on an int32
-mask, and a mask outside its assumed bound refused; Phi-3 top-p on Core AI), ``-m slow`` the rest: every family x sampler x format."""
+mask, and a mask outside its assumed bound refused; Phi-3 top-p on Core AI), ``-m slow``
+the rest: every family x sampler x format, and int32 / float32 masks."""
 from __future__ import annotations
 
 import os

@@ -98,8 +98,9 @@ def assumed_bound(eqn, fj, consts, kept: Sequence[int]) -> Optional[Tuple[int, G
     cj, bj = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
     carries = eqn.invars[cnc + bnc:]
     outer = loops.Intervals(fj, consts, assume=True)
-    fixed = set(cj.constvars) | set(cj.invars[:cnc]) | {cj.invars[cnc + k] for k in range(len(carries))
-                                    if bj.outvars[k] is bj.invars[bnc + k]}
+    fixed = set(cj.constvars) | set(cj.invars[:cnc])
+    fixed |= {cj.invars[cnc + k] for k in range(len(carries))
+              if bj.outvars[k] is bj.invars[bnc + k]}
     best = None
     for steps, n, k, extra in loops.conditions(eqn, outer):
         if steps > _MOST or (best is not None and steps >= best[0]):
