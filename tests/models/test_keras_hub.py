@@ -180,8 +180,11 @@ def test_generate_equals_keras(kind, sampler, fmt):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mask_dtype", [np.int32, np.float32])
-@pytest.mark.parametrize("kind", FAMILIES)
+@pytest.mark.parametrize("kind,mask_dtype", [
+    (k, d) for k in FAMILIES for d in (np.int32, np.float32)
+    # keras-hub's Gemma 3 inverts the mask (~padding_mask): Keras' own generate refuses a
+    # float32 one ("not does not accept dtype float32")
+    if (k, d) != ("gemma3", np.float32)])
 def test_generate_on_a_numeric_mask_equals_keras(kind, mask_dtype):
     check_generate(kind, "top_p", "mlpackage", mask_dtype)
 
