@@ -92,9 +92,10 @@ def generate(causal_lm, *, stop_token_ids=None) -> Tuple[Callable, tuple]:
     ``[batch, max_length]``) runs its sampler's loop as ``causal_lm.generate`` does on
     JAX, from ``state = (sampler variables, trainable, non-trainable values)``, and
     returns ``{"token_ids", "padding_mask"}``. The sampler is the one ``compile(sampler=)``
-    set; a seeded sampler's draws are JAX's with ``random="inputs"``. The sampler's new
-    seed state is not returned (Core ML has no uint32 outputs): pass a new seed state for
-    new draws. ``stop_token_ids``: a tuple of ids, or None to generate up to
+    set; a seeded sampler's draws are JAX's with ``random="inputs"`` (an int32 or float32
+    ``padding_mask`` too: the loop's bound, ``max_length`` steps, is then checked on each
+    call, random/guards.py). The sampler's new seed state is not returned (Core ML has no
+    uint32 outputs): pass a new seed state for new draws. ``stop_token_ids``: a tuple of ids, or None to generate up to
     ``max_length`` (keras-hub's ``"auto"`` needs its preprocessor)."""
     keras = _keras()
     if stop_token_ids is not None:

@@ -1,10 +1,16 @@
 """keras-hub models (Keras 3, JAX backend) as written, tiny random-init configs (no
-downloads): LoRA training through rlxjax.keras.stateless + trainable= against JAX + optax,
-greedy / top-k / top-p generation (keras-hub's generate path, rlxjax.keras.generate)
-against Keras' own generate and jax.jit token for token / draw for draw.
+downloads): LoRA training through rlxjax.keras.stateless + trainable= against JAX + optax;
+generation (keras-hub's generate path, rlxjax.keras.generate) with greedy, top-k and top-p
+samplers for every causal-LM family keras-hub ships, on both formats (Core ML on the
+reference interpreter, Core AI on coreai-core's runtime), against Keras' own ``generate``
+token for token and draw for draw (the sampler's draws: JAX's, from its seed state, with
+random="inputs"), bool, int32 and float32 padding masks.
 
-Needs ``pip install keras keras-hub`` (skipped without); the default run takes one sample
-(GPT-2: LoRA steps and greedy generation), ``-m slow`` the rest."""
+Needs keras and keras-hub, which CI installs without TensorFlow (.ci/run: keras-hub with
+--no-deps, plus regex and tokenizers, the imports it needs); skipped without them. The
+default run takes a sample (GPT-2: LoRA steps and greedy generation; Qwen top-k on an int32
+mask, and a mask outside its assumed bound refused; Phi-3 top-p on Core AI), ``-m slow``
+the rest: every family x sampler x format, and int32 / float32 masks."""
 from __future__ import annotations
 
 import os
@@ -26,24 +32,42 @@ import rlxjax  # noqa: E402
 import rlxjax.keras as rk  # noqa: E402
 
 V = 64
+FAMILIES = ["gpt2", "gemma", "gemma3", "llama", "mistral", "qwen", "qwen3", "phi3", "opt",
+            "falcon", "gpt_neox", "bloom"]
+SAMPLERS = ["greedy", "top_k", "top_p"]
+FORMATS = ["mlpackage", "aimodel"]
 
 
-def causal_lm(kind, dropout=0.0):
+def causal_lm(kind, dropout=0.0, layers=2):
+    """A keras-hub CausalLM of family ``kind`` from a tiny config (random weights)."""
     keras.utils.set_random_seed(0)
     m = keras_hub.models
+    c = dict(vocabulary_size=V, num_layers=layers, hidden_dim=16, intermediate_dim=32)
+    gqa = dict(num_query_heads=2, num_key_value_heads=1)
     if kind == "gpt2":
-        bb = m.GPT2Backbone(vocabulary_size=V, num_layers=2, num_heads=2, hidden_dim=16,
-                            intermediate_dim=32, max_sequence_length=32, dropout=dropout)
+        bb = m.GPT2Backbone(num_heads=2, max_sequence_length=32, dropout=dropout, **c)
         return m.GPT2CausalLM(backbone=bb, preprocessor=None)
     if kind == "gemma":
-        bb = m.GemmaBackbone(vocabulary_size=V, num_layers=2, num_query_heads=2,
-                             num_key_value_heads=1, hidden_dim=16, intermediate_dim=32,
-                             head_dim=8, dropout=dropout)
+        bb = m.GemmaBackbone(head_dim=8, dropout=dropout, **gqa, **c)
         return m.GemmaCausalLM(backbone=bb, preprocessor=None)
-    bb = m.LlamaBackbone(vocabulary_size=V, num_layers=2, num_query_heads=2,
-                         num_key_value_heads=1, hidden_dim=16, intermediate_dim=32,
-                         dropout=dropout)
-    return m.LlamaCausalLM(backbone=bb, preprocessor=None)
+    if kind == "llama":
+        bb = m.LlamaBackbone(dropout=dropout, **gqa, **c)
+        return m.LlamaCausalLM(backbone=bb, preprocessor=None)
+    bb, lm = {
+        "gemma3": lambda: (m.Gemma3Backbone(image_size=None, head_dim=8, **gqa, **c),
+                           m.Gemma3CausalLM),
+        "mistral": lambda: (m.MistralBackbone(**gqa, **c), m.MistralCausalLM),
+        "qwen": lambda: (m.QwenBackbone(**gqa, **c), m.QwenCausalLM),
+        "qwen3": lambda: (m.Qwen3Backbone(head_dim=8, **gqa, **c), m.Qwen3CausalLM),
+        "phi3": lambda: (m.Phi3Backbone(**gqa, **c), m.Phi3CausalLM),
+        "opt": lambda: (m.OPTBackbone(num_heads=2, max_sequence_length=32, dropout=0.0, **c),
+                        m.OPTCausalLM),
+        "falcon": lambda: (m.FalconBackbone(num_attention_heads=2, **c), m.FalconCausalLM),
+        "gpt_neox": lambda: (m.GPTNeoXBackbone(num_heads=2, max_sequence_length=32, **c),
+                             m.GPTNeoXCausalLM),
+        "bloom": lambda: (m.BloomBackbone(num_heads=2, **c), m.BloomCausalLM),
+    }[kind]()
+    return lm(backbone=bb, preprocessor=None)
 
 
 def check_lora(kind, compress=None, steps=10):
@@ -83,24 +107,42 @@ def check_lora(kind, compress=None, steps=10):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def check_generate(kind, sampler):
-    lm = causal_lm(kind)
-    samplers = {"greedy": "greedy", "top_k": keras_hub.samplers.TopKSampler(k=5, seed=3),
-                "top_p": keras_hub.samplers.TopPSampler(p=0.9, seed=3)}
-    lm.compile(sampler=samplers[sampler])
-    tok = np.zeros((2, 20), np.int32)
-    mask = np.zeros((2, 20), bool)
-    tok[:, :4] = [[5, 6, 7, 8], [9, 10, 11, 12]]
-    mask[:, :4] = True
-    inputs = {"token_ids": tok, "padding_mask": mask}
-    fn, state = rk.generate(lm)
-    want = jax.jit(fn)(inputs, state)["token_ids"]
-    if sampler == "greedy":  # 16 new tokens, as Keras' own generate makes them
-        keras_out = lm.generate(inputs, max_length=20, stop_token_ids=None)["token_ids"]
-        np.testing.assert_array_equal(keras_out, want)
-    got = rlxjax.coreml_jit(fn, random=None if sampler == "greedy" else "inputs")(inputs, state)
-    np.testing.assert_array_equal(got["token_ids"], want)
-    assert np.all(got["token_ids"][:, :4] == tok[:, :4])
+def prompt(kind, mask_dtype=bool, length=12):
+    """Two prompts of 4 and 5 tokens, padded to ``length``."""
+    tok = np.zeros((2, length), np.int32)
+    mask = np.zeros((2, length), bool)
+    tok[0, :4], tok[1, :5] = [5, 6, 7, 8], [9, 10, 11, 12, 13]
+    mask[0, :4] = mask[1, :5] = True
+    inputs = {"token_ids": tok, "padding_mask": mask.astype(mask_dtype)}
+    if kind == "gemma3":  # (text only: keras' generate concatenates the "images" it returns)
+        inputs["images"] = np.zeros((2, 0, 1, 1, 3), np.float32)
+    return inputs
+
+
+def sampler_of(name):
+    return {"greedy": "greedy", "top_k": keras_hub.samplers.TopKSampler(k=5, seed=3),
+            "top_p": keras_hub.samplers.TopPSampler(p=0.9, seed=3)}[name]
+
+
+def check_generate(kind, sampler, fmt="mlpackage", mask_dtype=bool):
+    """rlxjax's program of keras-hub's generate equals Keras' own ``generate`` (its jitted
+    generate function) token for token, draw for draw; returns the program, the state
+    and the inputs."""
+    if fmt == "aimodel":
+        pytest.importorskip("coreai")
+    lm = causal_lm(kind, layers=1)
+    lm.compile(sampler=sampler_of(sampler))
+    inputs = prompt(kind, mask_dtype)
+    fn, state = rk.generate(lm)  # the sampler's seed state before Keras' generate draws
+    keras_out = lm.generate(inputs, max_length=12, stop_token_ids=None)["token_ids"]
+    f = rlxjax.coreml_jit(fn, random=None if sampler == "greedy" else "inputs", format=fmt)
+    got = f(inputs, state)
+    np.testing.assert_array_equal(got["token_ids"], keras_out)
+    assert np.all(got["token_ids"][:, :4] == inputs["token_ids"][:, :4])
+    if sampler != "greedy":  # the draws matter: another seed state, other tokens
+        assert not np.array_equal(keras_out, lm.generate(inputs, max_length=12,
+                                                         stop_token_ids=None)["token_ids"])
+    return f, state, inputs
 
 
 def test_gpt2_lora_steps_and_greedy_generate():
@@ -115,11 +157,36 @@ def test_lora_ten_steps_equal_optax(kind, compress):
     check_lora(kind, compress)
 
 
+def test_top_k_on_an_int32_mask_and_a_mask_outside_the_assumed_bound():
+    """An int32 mask has no known range: keras' loop is bounded assuming its sum is >= 0
+    (max_length steps) and checked on each call; a mask summing below 0 would make the
+    loop run more steps than max_length, and that call is refused."""
+    f, state, inputs = check_generate("qwen", "top_k", "mlpackage", np.int32)
+    bad = dict(inputs, padding_mask=-inputs["padding_mask"])
+    with pytest.raises(rlxjax.ArgumentError, match="may run 17 steps.*at most 12"):
+        f(bad, state)
+
+
+def test_top_p_on_core_ai():
+    check_generate("phi3", "top_p", "aimodel")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["gpt2", "gemma", "llama"])
-@pytest.mark.parametrize("sampler", ["greedy", "top_k", "top_p"])
-def test_generate_equals_keras_and_jax(kind, sampler):
-    check_generate(kind, sampler)
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_generate_equals_keras(kind, sampler, fmt):
+    check_generate(kind, sampler, fmt)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,mask_dtype", [
+    (k, d) for k in FAMILIES for d in (np.int32, np.float32)
+    # keras-hub's Gemma 3 inverts the mask (~padding_mask): Keras' own generate refuses a
+    # float32 one ("not does not accept dtype float32")
+    if (k, d) != ("gemma3", np.float32)])
+def test_generate_on_a_numeric_mask_equals_keras(kind, mask_dtype):
+    check_generate(kind, "top_p", "mlpackage", mask_dtype)
 
 
 @pytest.mark.slow

@@ -1,13 +1,17 @@
 """A while_loop that draws and computes on device values (random/loops.py): with
 random='inputs' a host scan over its bound and a device while, equal to jax.jit bit for bit;
-with random='device' the draws are Core ML's; loops without a bound, a returned key or
-seed state, and a condition reading a host carry are refused with the reason."""
+with random='device' the draws are Core ML's; a bound found only by assuming unknown
+integers are >= 0 (an int32 or float mask summed) holds on the calls it is checked on and
+refuses the others; loops without a bound, a returned key or seed state, and a condition
+reading a host carry are refused with the reason."""
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rlxjax
 
@@ -141,3 +145,33 @@ def test_flax_style_decode_loop_equals_jax():
     args = (params, prompt, jax.random.key(5))
     np.testing.assert_array_equal(rlxjax.coreml_jit(temperature_sample, random="inputs")(*args),
                                   jax.jit(temperature_sample)(*args))
+
+
+# -- a bound found assuming unknown integers are >= 0, checked on each call (guards.py) --
+INT_SAMPLER = rlxjax.coreml_jit(sampler, random="inputs")
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.lists(st.integers(0, 1), min_size=3, max_size=3), st.integers(0, 2 ** 31 - 1))
+def test_int32_mask_bound_assumed_and_draws_equal_jax(mask, seed):
+    """An int32 mask (as tokenizers give it) has no known range: the loop's bound is
+    6 - 0 steps assuming its sum is >= 0, and that is checked on the call."""
+    args = (jax.random.key(seed), ARGS[1], np.array(mask, np.int32))
+    for g, w in zip(INT_SAMPLER(*args), jax.jit(sampler)(*args)):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_int32_mask_outside_the_assumption_is_refused_on_the_call():
+    # a negative mask sums to -1: the loop may run 6 - (-1) = 7 steps, one more than the
+    # program draws for (jax.jit would run 7)
+    args = (jax.random.key(0), ARGS[1], np.array([-1, 0, 0], np.int32))
+    assert int(jax.jit(sampler)(*args)[0]) == 7
+    for mode in ("inputs", "device"):
+        with pytest.raises(rlxjax.ArgumentError, match="may run 7 steps.*at most 6"):
+            rlxjax.coreml_jit(sampler, random=mode)(*args)
+
+
+def test_float_mask_bound_assumed():
+    args = (jax.random.key(1), ARGS[1], np.array([1.0, 1.0, 0.0], np.float32))
+    for g, w in zip(rlxjax.coreml_jit(sampler, random="inputs")(*args), jax.jit(sampler)(*args)):
+        np.testing.assert_array_equal(g, w)

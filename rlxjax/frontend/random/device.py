@@ -390,6 +390,7 @@ class DeviceHostPart(HostPart):
     draws: List[Dict[str, Any]]
 
     def run(self, leaves):
+        self.check(leaves)
         if not self.inputs and all(k is None for k in self.outputs):
             return [], []  # the usual case: nothing left on the host
         return super().run(leaves)
@@ -400,7 +401,8 @@ class DeviceHostPart(HostPart):
         else:  # keys among the parameters are ignored like any other
             base = HostPart([i - n for i in self.leaves if i >= n], self.fn, self.inputs,
                             self.outputs, self.parts)
-        out = DeviceHostPart(base.leaves, base.fn, base.inputs, base.outputs, base.parts)
+        out = DeviceHostPart(base.leaves, base.fn, base.inputs, base.outputs, base.parts,
+                             [g.shifted(n) for g in self.guards])
         out.draws = self.draws
         return out
 
@@ -468,6 +470,6 @@ def split(closed, names, dropped):
         fn = inputs._host_fn(parts.fj, parts.consts, parts.host_vars, parts.in_order,
                              kept + host_outs)
     host_inputs = [spec for spec, d in zip(host.inputs, on_device) if not d]
-    out = DeviceHostPart(host.leaves, fn, host_inputs, outputs, parts)
+    out = DeviceHostPart(host.leaves, fn, host_inputs, outputs, parts, host.guards)
     out.draws = draws
     return new, dropped, out

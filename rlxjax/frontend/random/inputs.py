@@ -27,7 +27,7 @@ counters read by the device are carried as int32 (checked < 2**31 on each call).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
@@ -38,7 +38,7 @@ from ...errors import (ArgumentError, RlxError, UnsupportedDTypeError,
                       UnsupportedPrimitiveError)
 from ...ir import dtype_from_numpy
 from .. import uint32
-from . import host_compile, liveness, loops, meta, scan
+from . import guards as guards_, host_compile, liveness, loops, meta, scan
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _RANDOM = set(liveness.DRAWS) | set(liveness.KEY_ARITHMETIC)
@@ -73,9 +73,17 @@ class HostPart:
     outputs: List[Optional[int]]  # per function result leaf: host result index, or None
     # the split's equations, for random="device" (device.py): SplitParts
     parts: Any = None
+    # loops bounded by an assumption, checked on each call (guards.py)
+    guards: List[Any] = field(default_factory=list)
+
+    def check(self, leaves: Sequence[Any]) -> None:
+        """Refuse a call on which a loop could run more steps than the program draws for."""
+        for g in self.guards:
+            g.check(leaves)
 
     def run(self, leaves: Sequence[Any]):
         """(program input arrays, host results) for one call's argument leaves."""
+        self.check(leaves)
         vals = self.fn(*[leaves[i] for i in self.leaves])
         n = len(self.inputs)
         ins = []
@@ -125,7 +133,7 @@ class HostPart:
             raise ArgumentError("random='inputs': a PRNG key or counter among the "
                                 "parameters or optimizer state; pass it in the batch")
         return HostPart([i - n for i in self.leaves], self.fn, self.inputs, self.outputs,
-                        self.parts)
+                        self.parts, [g.shifted(n) for g in self.guards])
 
     def metadata(self) -> List[Dict[str, Any]]:
         return [i.row() for i in self.inputs]
@@ -174,9 +182,9 @@ class _Resplit(Exception):
     to device values) split in two by scan.py / loops.py, given each operand's side
     (``flags``); for a while, its bound and which of its results are read (``loop``)."""
 
-    def __init__(self, eqn, flags, loop=None):
+    def __init__(self, eqn, flags, loop=None, guard=None):
         super().__init__("internal: a loop to split")
-        self.eqn, self.flags, self.loop = eqn, list(flags), loop
+        self.eqn, self.flags, self.loop, self.guard = eqn, list(flags), loop, guard
 
 
 def _is_random(eqn) -> bool:
@@ -262,10 +270,15 @@ def split(closed, names: Sequence[str], dropped: dict):
     if not any(host_leaf) and not liveness.find(jaxpr, _RANDOM):
         return closed, dropped, None
     flat = _flatten(closed)
+    checks = []  # loops bounded by an assumption (guards.py)
     for _ in range(64):  # a re-flatten per scan drawing next to device values
         try:
-            return _split_flat(flat, jaxpr, names, dropped, kept, host_leaf)
+            device, dropped, host = _split_flat(flat, jaxpr, names, dropped, kept, host_leaf)
+            host.guards = checks
+            return device, dropped, host
         except _Resplit as r:  # split that scan in two (scan.py)
+            if r.guard is not None:
+                checks.append(r.guard)
             flat = _flatten(flat, r)
     raise RlxError("internal: random='inputs' keeps splitting scans")
 
@@ -296,7 +309,8 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
             if prim == "scan" and scan.DEVICE in side:
                 raise _Resplit(eqn, side)
             if prim == "while" and scan.DEVICE in side:
-                raise _Resplit(eqn, side, _while_bound(fj, flat.consts, eqn))
+                steps, used, guard = _while_bound(fj, flat.consts, eqn, kept)
+                raise _Resplit(eqn, side, (steps, used), guard)
             raise _refuse(eqn, "draws random numbers inside an operation that also "
                           "computes on device values, which rlxjax cannot split")
         device_eqns.append(eqn)
@@ -332,15 +346,19 @@ def _split_flat(flat, jaxpr, names, dropped, kept, host_leaf):
     return device, new_dropped, HostPart(host_leaves, fn, inputs, outputs, parts)
 
 
-def _while_bound(fj, consts, eqn) -> Tuple[int, List[bool]]:
+def _while_bound(fj, consts, eqn, kept) -> Tuple[int, List[bool], Any]:
     """(at most how many steps the while ``eqn`` of ``fj`` runs, which of its results
-    are read); refused when the steps have no bound (loops.py)."""
-    steps = loops.bound(eqn, loops.Intervals(fj, consts))
+    are read, the Guard checking a bound found by assumption or None); refused when the
+    steps have no bound (loops.py, guards.py)."""
+    steps, guard = loops.bound(eqn, loops.Intervals(fj, consts)), None
     if steps is None:
-        raise _refuse(eqn, loops.UNBOUNDED)
+        found = guards_.assumed_bound(eqn, fj, consts, kept)
+        if found is None:
+            raise _refuse(eqn, loops.UNBOUNDED)
+        steps, guard = found
     read = {v for e in fj.eqns for v in e.invars if not isinstance(v, jc.Literal)}
     read.update(v for v in fj.outvars if not isinstance(v, jc.Literal))
-    return steps, [not isinstance(v, jc.DropVar) and v in read for v in eqn.outvars]
+    return steps, [not isinstance(v, jc.DropVar) and v in read for v in eqn.outvars], guard
 
 
 def _side(v, host, neutral) -> str:

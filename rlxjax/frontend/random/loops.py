@@ -20,8 +20,10 @@ scan and a device while, when rlxjax can bound its number of steps.
   such output): such a result is refused, as is a condition that reads a key or counter
   carried on the host.
 
-Draws of steps the loop does not reach are made and not read. A loop whose steps cannot be
-bounded stays refused, with the reason.
+Draws of steps the loop does not reach are made and not read. A loop bounded only by
+assuming its integers of unknown range are ``>= 0`` (an int32 padding mask summed) is
+bounded so and checked on each call (guards.py); one whose steps cannot be bounded at all
+stays refused, with the reason.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from . import liveness, scan
 from .scan import DEVICE, HOST, NEUTRAL
 
 Interval = Optional[Tuple[int, int]]
+INT_MAX = 2 ** 31 - 1
 _SAME = ("convert_element_type", "reshape", "squeeze", "broadcast_in_dim", "slice",
          "dynamic_slice", "gather", "transpose", "expand_dims", "copy", "copy_p",
          "reduce_min", "reduce_max", "rev", "concatenate", "select_n", "dynamic_index",
@@ -65,12 +68,15 @@ def _const_range(val) -> Interval:
 
 
 class Intervals:
-    """Integer intervals of a jaxpr's values; ``known(var)`` gives its invars' (or None)."""
+    """Integer intervals of a jaxpr's values; ``known(var)`` gives its invars' (or None).
+    ``assume``: an integer of unknown range is taken to be in ``[0, 2**31 - 1]`` (a bound
+    found so is checked on each call: guards.py)."""
 
-    def __init__(self, jaxpr, consts=(), known=None):
+    def __init__(self, jaxpr, consts=(), known=None, assume=False):
         self.producer = {o: e for e in jaxpr.eqns for o in e.outvars}
         self.consts = dict(zip(jaxpr.constvars, consts))
         self.known = known or (lambda v: _dtype_range(v.aval))
+        self.assume = assume
         self.memo: Dict = {}
 
     def of(self, v) -> Interval:
@@ -85,6 +91,8 @@ class Intervals:
             r = self._rule(self.producer[v], v)
         else:
             r = self.known(v)
+        if r is None and self.assume and np.dtype(v.aval.dtype).kind in "iu":
+            r = (0, INT_MAX)
         self.memo[v] = r
         return r
 
@@ -178,9 +186,12 @@ def _steps_by_one(bj, nconsts: int, k: int) -> bool:
         (one(a) and _through_converts(bj, b) is me)
 
 
-def bound(eqn, outer: Intervals) -> Optional[int]:
-    """At most how many steps the ``while`` equation ``eqn`` runs, None if unknown;
-    ``outer`` gives the intervals of the values of the jaxpr holding it."""
+def conditions(eqn, outer: Intervals):
+    """The ``(steps, n, k, extra)`` of each ``i < n`` (``<=``: ``extra`` 1) conjunct of the
+    ``while`` equation ``eqn``'s condition whose counter ``i`` (carry ``k``) starts at a
+    known value and steps by 1 and whose ``n`` has a known upper bound: the loop runs at
+    most ``steps`` steps. ``outer`` gives the intervals of the values of the jaxpr holding
+    it."""
     p = eqn.params
     cnc, bnc = p["cond_nconsts"], p["body_nconsts"]
     cj, bj = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
@@ -194,7 +205,6 @@ def bound(eqn, outer: Intervals) -> Optional[int]:
         return outer.of(carries[k]) if bj.outvars[k] is bj.invars[bnc + k] else None
 
     inner = Intervals(cj, p["cond_jaxpr"].consts, known_in_cond)
-    best = None
     for e in _conjuncts(cj, cj.outvars[0]):
         name = e.primitive.name
         if name not in ("lt", "le", "gt", "ge"):
@@ -209,9 +219,14 @@ def bound(eqn, outer: Intervals) -> Optional[int]:
         start, top = outer.of(carries[k]), inner.of(n)
         if start is None or top is None:
             continue
-        steps = max(0, top[1] - start[0] + (1 if name in ("le", "ge") else 0))
-        best = steps if best is None else min(best, steps)
-    return best
+        extra = 1 if name in ("le", "ge") else 0
+        yield max(0, top[1] - start[0] + extra), n, k, extra
+
+
+def bound(eqn, outer: Intervals) -> Optional[int]:
+    """At most how many steps the ``while`` equation ``eqn`` runs, None if unknown;
+    ``outer`` gives the intervals of the values of the jaxpr holding it."""
+    return min((c[0] for c in conditions(eqn, outer)), default=None)
 
 
 def split_while(eqn, ins: List, flags: Sequence[str], steps: int, used: Sequence[bool],
