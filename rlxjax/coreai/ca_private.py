@@ -57,6 +57,30 @@ def constant(value):
     return make(value)
 
 
+def buffer_constant(buffer: np.ndarray, shape, element: str):
+    """A ``coreai.constant`` whose data is ``buffer``'s memory, not a copy of it (an MLIR
+    ``DenseResourceElementsAttr`` over the buffer, kept alive by the program): ``element``
+    ``"f32"``, ``"si8"`` / ``"ui8"`` (one value a byte) or ``"si4"`` (two values a byte, the
+    first in the low nibble). ``constant`` copies its array into the program (coreai-core's
+    ``create_elements_attr``) and stores a 4-bit array one value a byte."""
+    coreai()
+    from coreai._compiler.dialects._coreai_ops_gen import ConstantOp
+    from coreai._compiler.ir import (DenseResourceElementsAttr, F32Type, IntegerType,
+                                     RankedTensorType)
+    from coreai.authoring.operation import Value
+
+    bits = {"f32": 32, "si8": 8, "ui8": 8, "si4": 4}[element]
+    elem = F32Type.get() if element == "f32" else \
+        (IntegerType.get_unsigned if element == "ui8" else IntegerType.get_signed)(bits)
+    count = int(np.prod(shape, dtype=np.int64))
+    if buffer.nbytes != -(-count * bits // 8) or buffer.itemsize * 8 not in (bits, 8):
+        raise ValueError(f"internal: {buffer.nbytes} bytes for {count} {element} values")
+    attr = DenseResourceElementsAttr.get_from_buffer(
+        np.ascontiguousarray(buffer).reshape(-1), "weight",
+        RankedTensorType.get(list(shape), elem))
+    return Value._from_mlir(ConstantOp(value=attr).result)  # noqa: SLF001
+
+
 def dtype(name: str):
     ca = coreai()
     return {"float32": ca.float32, "float16": ca.float16, "int32": ca.int32,
