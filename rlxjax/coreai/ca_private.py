@@ -81,6 +81,19 @@ def buffer_constant(buffer: np.ndarray, shape, element: str):
     return Value._from_mlir(ConstantOp(value=attr).result)  # noqa: SLF001
 
 
+def zeros_si4(shape):
+    """A ``coreai.constant`` of 4-bit zeros of ``shape``: a splat (one value in the asset)."""
+    coreai()
+    from coreai._compiler.dialects._coreai_ops_gen import ConstantOp
+    from coreai._compiler.ir import DenseElementsAttr, IntegerAttr, IntegerType, RankedTensorType
+    from coreai.authoring.operation import Value
+
+    si4 = IntegerType.get_signed(4)
+    attr = DenseElementsAttr.get_splat(RankedTensorType.get(list(shape), si4),
+                                       IntegerAttr.get(si4, 0))
+    return Value._from_mlir(ConstantOp(value=attr).result)  # noqa: SLF001
+
+
 def dtype(name: str):
     ca = coreai()
     return {"float32": ca.float32, "float16": ca.float16, "int32": ca.int32,

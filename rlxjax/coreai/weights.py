@@ -52,9 +52,8 @@ def _decompress(ctx, p, scheme: str):
     if scheme == "int4":
         scale = np.asarray(p["scale"], np.float32)
         data = ca_private.buffer_constant(pack_int4(p["data"]), np.shape(p["data"]), "si4")
-        zero = ca_private.buffer_constant(np.zeros(-(-scale.size // 2), np.uint8),
-                                          scale.shape, "si4")
-        return ca.blockwise_shift_scale(data, ctx.const(scale), zero,
+        return ca.blockwise_shift_scale(data, ctx.const(scale),
+                                        ca_private.zeros_si4(scale.shape),
                                         ctx.const(np.zeros(scale.shape, np.float32)))
     if scheme == "int8":
         data, scale = np.asarray(p["data"], np.int8), np.asarray(p["scale"], np.float32)
