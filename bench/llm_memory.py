@@ -18,6 +18,14 @@ estimated the compile would need beyond the parameters (rlxjax/training/budget.p
 it with peak - build), then each rlxjax row's peak and time as a ratio to the XLA row of
 the same shape, measured in the same run.
 
+A row ``<format>:<scheme>+<phase>`` does one more thing after ``step.save`` (its own
+process, so that its peak is its own): ``+multi`` saves the step again as a multifunction
+asset (``step.save(..., predict=(logits, tree, tokens))``), ``+load`` loads the saved
+asset (``rlxjax.load``) and runs ``predict``... no: loads it and reads its functions,
+``+export`` compiles ``rlxjax.export_inference`` of the logits with the merged fp32
+parameters compressed by the scheme and saves it. A second fp32 copy of the weights in any
+of them shows as the parameters' size on that row's peak.
+
 Run: ``python bench/llm_memory.py [--models qwen2.5-0.5b,llama-3.2-1b]
 [--rows xla,mlpackage:int8,aimodel:int8] [--layers N]`` - at 0.5B and up under
 ``flock /work/wt/.bigjob.lock`` on a shared machine.
@@ -81,7 +89,8 @@ def run_row(model_name: str, row: str, layers) -> dict:
 
         from rlxjax.training.budget import estimate
 
-        fmt, scheme = row.split(":")
+        fmt, scheme = row.split("+")[0].split(":")
+        phase = row.partition("+")[2]
         est = estimate(jax.tree.leaves(tree["base"]), None if scheme == "none" else scheme,
                        fmt) / 2 ** 20
         target = "iOS18" if fmt == "mlpackage" else None
@@ -94,6 +103,20 @@ def run_row(model_name: str, row: str, layers) -> dict:
         try:
             path = step.save(os.path.join(folder, "step." + fmt))
             size = _size(path)
+            logits = lambda tr, tok: model.apply(rlxjax.lora.merge(tr), tok)  # noqa: E731
+            if phase == "multi":
+                size = _size(step.save(os.path.join(folder, "multi." + fmt),
+                                       predict=(logits, tokens[:, :-1])))
+            elif phase == "load":
+                rlxjax.load(path)
+            elif phase == "export":
+                merged = jax.tree.map(np.asarray, rlxjax.lora.merge(tree))
+                del tree["base"]
+                rlxjax.export_inference(lambda p, tok: model.apply(p, tok), merged,
+                                        tokens[:, :-1], path=os.path.join(folder, "inf." + fmt),
+                                        compress=None if scheme == "none" else scheme)
+            elif phase:
+                raise SystemExit(f"unknown phase {phase!r}: multi, load or export")
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     secs = time.perf_counter() - t0

@@ -57,6 +57,43 @@ def constant(value):
     return make(value)
 
 
+def buffer_constant(buffer: np.ndarray, shape, element: str):
+    """A ``coreai.constant`` whose data is ``buffer``'s memory, not a copy of it (an MLIR
+    ``DenseResourceElementsAttr`` over the buffer, kept alive by the program): ``element``
+    ``"f32"``, ``"si8"`` / ``"ui8"`` (one value a byte) or ``"si4"`` (two values a byte, the
+    first in the low nibble). ``constant`` copies its array into the program (coreai-core's
+    ``create_elements_attr``) and stores a 4-bit array one value a byte."""
+    coreai()
+    from coreai._compiler.dialects._coreai_ops_gen import ConstantOp
+    from coreai._compiler.ir import (DenseResourceElementsAttr, F32Type, IntegerType,
+                                     RankedTensorType)
+    from coreai.authoring.operation import Value
+
+    bits = {"f32": 32, "si8": 8, "ui8": 8, "si4": 4}[element]
+    elem = F32Type.get() if element == "f32" else \
+        (IntegerType.get_unsigned if element == "ui8" else IntegerType.get_signed)(bits)
+    count = int(np.prod(shape, dtype=np.int64))
+    if buffer.nbytes != -(-count * bits // 8) or buffer.itemsize * 8 not in (bits, 8):
+        raise ValueError(f"internal: {buffer.nbytes} bytes for {count} {element} values")
+    attr = DenseResourceElementsAttr.get_from_buffer(
+        np.ascontiguousarray(buffer).reshape(-1), "weight",
+        RankedTensorType.get(list(shape), elem))
+    return Value._from_mlir(ConstantOp(value=attr).result)  # noqa: SLF001
+
+
+def zeros_si4(shape):
+    """A ``coreai.constant`` of 4-bit zeros of ``shape``: a splat (one value in the asset)."""
+    coreai()
+    from coreai._compiler.dialects._coreai_ops_gen import ConstantOp
+    from coreai._compiler.ir import DenseElementsAttr, IntegerAttr, IntegerType, RankedTensorType
+    from coreai.authoring.operation import Value
+
+    si4 = IntegerType.get_signed(4)
+    attr = DenseElementsAttr.get_splat(RankedTensorType.get(list(shape), si4),
+                                       IntegerAttr.get(si4, 0))
+    return Value._from_mlir(ConstantOp(value=attr).result)  # noqa: SLF001
+
+
 def dtype(name: str):
     ca = coreai()
     return {"float32": ca.float32, "float16": ca.float16, "int32": ca.int32,
@@ -133,16 +170,39 @@ def verify(program) -> None:
 
 def save(program, path: str, metadata: Dict[str, str]) -> None:
     """Write ``program`` as the ``.aimodel`` folder ``path`` (which must not exist), with
-    ``metadata`` as its custom metadata (rlxjax/metadata.py's keys, JSON strings)."""
+    ``metadata`` as its custom metadata (rlxjax/metadata.py's keys, JSON strings).
+
+    The steps of coreai-core's ``AIProgram.save_asset`` (a new asset, the bytecode, the
+    producer's stamp, the bytecode's sha256 in ``main.hash``), but the hash is read from
+    the file in pieces: ``save_asset`` reads the whole bytecode into memory for it, a
+    second copy of every weight at the peak of the save (473 MiB for Qwen2.5-0.5B int8)."""
+    import hashlib
+    import time
     from pathlib import Path
 
-    asset = program.save_asset(Path(path))
+    coreai()
+    from coreai.authoring.asset import _COREAI_PRODUCER
+    from coreai.runtime import _AIModelAsset
+
+    path = Path(path)
+    if path.suffix != ".aimodel":
+        raise ValueError(f"internal: {path} is not an .aimodel path")
+    path.mkdir(parents=True)
+    asset = _AIModelAsset._create(path=str(path))  # noqa: SLF001
+    program._save_bytecode(asset._program_bytecode_path)  # noqa: SLF001
 
     def update(m):
+        m.creation_date = time.time()
+        m._producer = _COREAI_PRODUCER  # noqa: SLF001
         for k, v in metadata.items():
             m.set_custom(k, v)
 
     asset.update_metadata(updates=update)
+    digest = hashlib.sha256()
+    with open(asset._program_bytecode_path, "rb") as f:  # noqa: SLF001
+        for piece in iter(lambda: f.read(1 << 22), b""):
+            digest.update(piece)
+    asset._program_hash_path.write_bytes(digest.digest())  # noqa: SLF001
 
 
 def read_metadata(path: str) -> Dict[str, str]:

@@ -10,10 +10,10 @@ are resident already) from the leaves' shapes alone:
   Qwen2.5-0.5B's 1.9 GiB, bench/RESULTS.md);
 * the largest leaf's payload and a few quantiser pieces: each leaf is quantised, written to
   the weight store (rlxjax/weightstore.py) and dropped before the next;
-* Core AI: the program holds its constants in memory until it is written (coreai-core's
-  MLIR constants), and writing the ``.aimodel`` serialises them once more - twice the
-  stored payload (measured: Qwen2.5-0.5B int8, 473 MiB of payload, its Core AI compile
-  peaked 895 MiB above the Core ML one, bench/RESULTS.md).
+* Core AI: the program's constants are views of the weight store (coreai/weights.py), and
+  writing the ``.aimodel`` reads every one of them into the process once - the stored
+  payload (coreai-core's serialiser holds the interpreter while it writes: the pages
+  cannot be dropped as they are written, as the Core ML writers do).
 
 and compares it with the memory the kernel says is available (``MemAvailable`` of
 /proc/meminfo; elsewhere ``os.sysconf`` free pages). Over it, ``OutOfMemoryRisk`` says how
@@ -36,8 +36,9 @@ GRAPH_SHARE = 0.05
 PIECE = CHUNK * 32
 ENV = "RLXJAX_MEMORY_CHECK"
 
-#: bytes per value each scheme stores (Core AI keeps 4-bit data in 8-bit containers)
-_STORED = {None: 4, "fp16": 2, "int8": 1, "int4": 1, "palettize4": 1, "palettize8": 1}
+#: bytes per value each scheme stores (int4: two values a byte and a fp32 scale per 32;
+#: Core AI keeps palettize4 indices in 8-bit containers)
+_STORED = {None: 4, "fp16": 2, "int8": 1, "int4": 0.625, "palettize4": 1, "palettize8": 1}
 
 
 class OutOfMemoryRisk(RlxError, MemoryError):
@@ -66,13 +67,13 @@ def estimate(leaves: Iterable, compress: Optional[str], fmt_name: str) -> int:
         arr = np.asarray(leaf) if not hasattr(leaf, "shape") else leaf
         n = int(np.prod(arr.shape, dtype=np.int64))
         scheme = compress if compress is not None and compressible(arr) else None
-        size = n * _STORED.get(scheme, 4)
+        size = int(n * _STORED.get(scheme, 4))
         stored += size
         dense += 4 * n
         largest = max(largest, size)
     need = OVERHEAD + int(GRAPH_SHARE * dense) + largest + 2 * PIECE
     if fmt_name == "aimodel":
-        need += 2 * stored
+        need += stored
     return need
 
 

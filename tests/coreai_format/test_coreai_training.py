@@ -196,3 +196,32 @@ def test_bool_masked_attention_with_a_fully_masked_row_runs_fused_as_jax():
     grads = rlxjax.coreml_grad(loss, argnums=(0, 1, 2), format="aimodel")(q, k, v, keep)
     for got, want in zip(grads, jax.grad(loss, argnums=(0, 1, 2))(q, k, v, keep)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["int4", pytest.param("int8", marks=pytest.mark.slow),
+                                    pytest.param(None, marks=pytest.mark.slow)])
+def test_a_frozen_base_from_the_weight_store_is_exact_and_int4_is_packed(scheme, tmp_path):
+    """A frozen w1 large enough to go through the weight store (its payload a constant over
+    the store's memory, int4 packed two values a byte): the step equals JAX + optax on the
+    dequantised base, and an int4 asset stores about half the bytes of an int8 one. w1 has
+    an odd number of values (a last half-filled byte; 95 rows: one int4 scale a column,
+    the blockwise scales are tested above)."""
+    from rlxjax.coreml.compress import compress_leaf
+
+    big = {"w1": _f32(95, 1365), "b1": np.zeros(1365, np.float32), "w2": _f32(1365, 2)}
+    x = _f32(16, 95, scale=1.0)
+    opt = optax.adam(1e-2)
+    step = rlxjax.coreml_train_step(loss, opt, trainable={"w1": False, "b1": True, "w2": True},
+                                    compress=scheme, format="aimodel")
+    st, got = step.init(big, x, Y), []
+    for _ in range(3):
+        st, value = step(st, x, Y)
+        got.append(float(value))
+    base = dict(big, w1=compress_leaf(big["w1"], scheme).value) if scheme else big
+    want, _ = jax_masked_loop(base, [True, False, True], loss, opt, 3, [(x, Y)])
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    path = step.save(str(tmp_path / "s.aimodel"))
+    size = os.path.getsize(os.path.join(path, "main.mlirb"))
+    n = big["w1"].size
+    payload = {"int4": (n + 1) // 2 + 4 * 1365, "int8": n, None: 4 * n}[scheme]
+    assert payload <= size < payload + 64 * 1024, (size, payload)

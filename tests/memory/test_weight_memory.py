@@ -232,9 +232,12 @@ def test_the_estimate_counts_what_core_ai_holds_from_the_leaf_shapes():
     base = OVERHEAD + 2 * PIECE + int(GRAPH_SHARE * 1_201_200)
     # Core ML: the largest leaf's payload (one byte a value with int8) at a time
     assert estimate(leaves, "int8", "mlpackage") == base + 300_000
-    # Core AI: and twice every stored payload (the vector stays fp32)
-    assert estimate(leaves, "int8", "aimodel") == base + 300_000 + 2 * (300_000 + 1200)
-    assert estimate(leaves, None, "aimodel") == base + 1_200_000 + 2 * 1_201_200
+    # Core AI: and every stored payload, read in when the asset is written (the vector
+    # stays fp32)
+    assert estimate(leaves, "int8", "aimodel") == base + 300_000 + (300_000 + 1200)
+    assert estimate(leaves, None, "aimodel") == base + 1_200_000 + 1_201_200
+    # int4: half a byte a value and a fp32 scale per 32 values
+    assert estimate(leaves, "int4", "aimodel") == base + 187_500 + (187_500 + 1200)
 
 
 def test_baking_progress_is_silent_when_quick_and_a_line_in_a_log_when_slow(monkeypatch):

@@ -66,9 +66,26 @@ def constexpr_blockwise_shift_scale(inputs):
     data, scale = np.asarray(inputs["data"]), np.asarray(inputs["scale"])
     if scale.ndim != data.ndim:
         raise ValueError("constexpr_blockwise_shift_scale: scale must have data's rank")
+    offset = np.asarray(inputs["offset"]) if "offset" in inputs else None
+    if offset is None or offset.shape == scale.shape:
+        # one dense array: the data split into blocks, the scale (and offset) broadcast
+        # over them in place - the same products as repeating them to the data's shape
+        # (below), without the two or three dense temporaries (a 1B model's dequantised
+        # embedding is 1 GiB: rlxjax.load of its package held them at once)
+        split = []
+        for n, b in zip(data.shape, scale.shape):
+            if n % b:
+                raise ValueError(f"a blockwise parameter of shape {scale.shape} does not "
+                                 f"tile {data.shape}")
+            split += [b, n // b]
+        x = data.reshape(split).astype(scale.dtype)
+        spread = [d for b in scale.shape for d in (b, 1)]
+        if offset is not None:
+            x -= offset.reshape(spread).astype(scale.dtype)
+        x *= scale.reshape(spread)
+        return (x.reshape(data.shape),)
     x = data.astype(scale.dtype)
-    if "offset" in inputs:
-        x = x - _blocks(np.asarray(inputs["offset"]), data.shape).astype(scale.dtype)
+    x = x - _blocks(offset, data.shape).astype(scale.dtype)
     return ((_blocks(scale, data.shape) * x).astype(scale.dtype),)
 
 
