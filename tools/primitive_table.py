@@ -36,12 +36,14 @@ import rlxjax.nn  # noqa: E402,F401
 from rlxjax.coreml.builder import MilBuilder, Var  # noqa: E402
 from rlxjax.coreml.ct_private import blob_writer  # noqa: E402
 from rlxjax.coreml.lower import LowerContext  # noqa: E402
-from rlxjax.coreml.registry import LOWERINGS, claimed_targets  # noqa: E402
+from rlxjax.coreml.registry import LOWERINGS, claimed_targets, lowers_natively  # noqa: E402
 from rlxjax.coreml.targets import TARGETS as ALL_TARGETS, get_target  # noqa: E402
 from rlxjax.errors import RlxError, UnsupportedPrimitiveError  # noqa: E402
 from rlxjax.frontend import RULES, trace  # noqa: E402
 from rlxjax.frontend.rules.random import RANDOM_PRIMITIVES  # noqa: E402
+from rlxjax.ir import Graph  # noqa: E402
 from rlxjax.ir.ops import FAMILIES, OPS  # noqa: E402
+from rlxjax.transforms.legalize import legalize  # noqa: E402
 from rlxjax.transforms.vjp import NON_DIFFERENTIABLE, VJPS  # noqa: E402
 from rlxjax.transforms.vjp.registry import refusal  # noqa: E402
 
@@ -218,13 +220,31 @@ def mil_ops(graph, nodes, target):
         env = {v.id: Var(f"in{i}", v.type, None) for i, (_, v) in enumerate(graph.inputs)}
         for node in graph.nodes:
             n0 = len(b.ops)
-            outs = LOWERINGS[node.op](ctx, node, *[env[v.id] for v in node.inputs])
-            outs = outs if isinstance(outs, tuple) else (outs,)
+            outs = _lower(ctx, node, [env[v.id] for v in node.inputs])
             env.update((v.id, mv) for v, mv in zip(node.outputs, outs))
             if id(node) in wanted:
                 emitted.update(op.type for op in b.ops[n0:] if op.type != "const")
         b.close_blob()
     return emitted
+
+
+def _lower(ctx, node, ins):
+    """The MIL vars of ``node`` lowered on ``ins``; an op Core ML has no lowering for is
+    decomposed first (rlxjax/transforms/legalize/), as lower_graph does."""
+    if node.op in LOWERINGS:
+        outs = LOWERINGS[node.op](ctx, node, *ins)
+        return outs if isinstance(outs, tuple) else (outs,)
+    g = Graph()
+    n = g.add_node(node.op, [g.add_input(f"i{k}", v.type) for k, v in enumerate(node.inputs)],
+                   node.params, node.source)
+    for k, v in enumerate(n.outputs):
+        g.add_output(f"o{k}", v)
+    g = legalize(g, lambda m: lowers_natively(m.op, ctx.target))
+    env = {v.id: x for (_, v), x in zip(g.inputs, ins)}
+    for m in g.nodes:
+        env.update((v.id, x) for v, x in zip(m.outputs, _lower(ctx, m, [env[v.id] for v in
+                                                                          m.inputs])))
+    return tuple(env[v.id] for _, v in g.outputs)
 
 
 def _targets(graph, nodes):
@@ -308,6 +328,25 @@ def _op_vjp(name):
     return "yes" if d.impl("vjp") else "no rule"
 
 
+def _coreai(name):
+    from rlxjax.coreai import ops as _rules  # noqa: F401  (registers the Core AI rules)
+    from rlxjax.coreai.lower import NOT_LOWERED
+
+    d = OPS[name]
+    if d.lowering("coreai") is not None:
+        return "rule"
+    if d.impl("decompose") is not None:
+        return "decomposed"
+    return "never: " + NOT_LOWERED[name].split(":", 1)[0] if name in NOT_LOWERED else "—"
+
+
+def _coreml(name):
+    targets = claimed_targets(name)
+    if not targets and OPS[name].impl("decompose") is not None:
+        return "decomposed"
+    return _since(targets)
+
+
 def op_rows():
     rows = []
     for name in sorted(OPS, key=lambda n: (FAMILIES.index(OPS[n].family), n)):
@@ -315,7 +354,7 @@ def op_rows():
         params = ", ".join(f"`{k}`" + ("" if p.required else "?") for k, p in d.params.items())
         regions = f" (regions: {', '.join(d.regions)})" if d.regions else ""
         rows.append([name, d.family, d.effect + regions,
-                     params or "—", _since(claimed_targets(name)), _op_vjp(name)])
+                     params or "—", _coreml(name), _coreai(name), _op_vjp(name)])
     return rows
 
 
@@ -377,12 +416,15 @@ def render() -> str:
         "*effect*: `pure` ops may be merged and folded, `random` ones never; *(regions: ...)* "
         "names the sub-graphs an op carries (``Node.regions``). *parameters* is the op's schema (`?`: optional); a "
         "node whose parameters do not fit is refused when built and by the verifier. "
-        "*lowers on* is what the op's Core ML lowering claims, and "
+        "*Core ML* is the targets the op's Core ML lowering claims, and "
         "`tests/ir/test_op_records.py` lowers a node of every op on each of those targets and "
-        "loads it back through coremltools. *VJP*: `yes` (a reverse-mode rule), `zero` "
+        "loads it back through coremltools; *Core AI* says whether Core AI has a rule of its "
+        "own (`rule`) or never sees the op (`never`: where it goes instead); `decomposed`: "
+        "that format runs the op's decomposition (`rlxjax/transforms/legalize/`). *VJP*: `yes` (a reverse-mode rule), `zero` "
         "(no cotangent flows through it), or `refused` with the reason the error gives.",
         "",
-        _table(["RLX op", "family", "effect", "parameters", "lowers on", "VJP"], op_rows()),
+        _table(["RLX op", "family", "effect", "parameters", "Core ML", "Core AI", "VJP"],
+               op_rows()),
         "",
     ]) + ("\n" + _conformance_section() if _conformance_section() else "")
 

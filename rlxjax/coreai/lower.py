@@ -77,7 +77,7 @@ def lower_program(program) -> Lowered:
     _check_static(graph)
     if program.precision == "fp16":  # fp32 values computed as Core AI fp16 (fp16.py)
         graph = to_fp16(graph)
-    graph = legalize(graph, native)
+    graph = legalize(graph, native, carried_f16=program.precision == "fp32")
     for _, v in graph.inputs + graph.outputs:
         check_type(v.type)
     if program.precision not in ("fp32", "fp16", "mixed"):

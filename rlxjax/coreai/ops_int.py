@@ -65,7 +65,7 @@ def _dot_general(ctx, node, ins):
 
 def int_conv(ctx, node, ins):
     """An integer ``conv`` (both operands int32-carried)."""
-    from .ops_pool import conv_layout
+    from .ops_conv import conv_layout
 
     x, w = ins
     p, out_t = node.params, node.outputs[0].type
