@@ -1,5 +1,5 @@
 """Core ML lowerings, one module per op family; importing registers them."""
-from . import constant, elementwise, linear, norm, reduction, shape, erfc  # noqa: F401
+from . import constant, elementwise, linear, norm, reduction, shape  # noqa: F401
 from . import norm_grad  # noqa: F401
 from . import activation, attention  # noqa: F401
 from . import indexing  # noqa: F401

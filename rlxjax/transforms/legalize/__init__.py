@@ -18,7 +18,7 @@ from typing import Callable, Dict
 from ...ir import Graph, Node, verify
 from ...ir.builder import Builder
 from ...ir.ops import OPS
-from . import norm, pool  # noqa: F401  (register the decompositions)
+from . import activation, int_linear, norm, pool, special  # noqa: F401  (register them)
 from .policy import decompose
 
 Native = Callable[[Node], bool]
