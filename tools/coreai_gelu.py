@@ -1,7 +1,7 @@
 """Measure Core AI's own gelu op against float64, next to rlxjax's and XLA's gelu.
 
 Both modes of the op (``approximate="none"`` / ``"tanh"``), rlxjax's written-out gelu on
-Core AI (coreai/ops_nn.py) and XLA's ``jax.nn.gelu`` on the same points.
+Core AI (transforms/legalize/activation.py) and XLA's ``jax.nn.gelu`` on the same points.
 
     python tools/coreai_gelu.py
 

@@ -1,5 +1,5 @@
 """Derive the polynomial coefficients used by rlxjax's erfc lowering
-(rlxjax/coreml/rules/erfc.py). Needs mpmath (not a dependency of rlxjax):
+(rlxjax/transforms/legalize/special.py). Needs mpmath (not a dependency of rlxjax):
 ``pip install mpmath && python tools/fit_erfc.py``.
 
 erfc(x) = exp(-x²)·f(x)/x for x >= 1 with f(x) = x·exp(x²)·erfc(x), a smooth function

@@ -230,7 +230,8 @@ def mil_ops(graph, nodes, target):
 
 def _lower_node(ctx, node, ins, target):
     """The MIL values of ``node``: its lowering, or that of its decomposition (the
-    legalize stage's, rlxjax/transforms/legalize/) when Core ML has none."""
+    legalize stage's, rlxjax/transforms/legalize/) when Core ML has none, in its regions
+    too (lower_graph legalizes region graphs as well)."""
     native = lambda n: lowers_natively(n.op, get_target(target))  # noqa: E731
     g = Graph("one")
     args = [g.add_input(f"x{i}", v.type) for i, v in enumerate(node.inputs)]
@@ -329,6 +330,25 @@ def _op_vjp(name):
     return "yes" if d.impl("vjp") else "no rule"
 
 
+def _coreai(name):
+    from rlxjax.coreai import ops as _rules  # noqa: F401  (registers the Core AI rules)
+    from rlxjax.coreai.lower import NOT_LOWERED
+
+    d = OPS[name]
+    if d.lowering("coreai") is not None:
+        return "rule"
+    if d.impl("decompose") is not None:
+        return "decomposed"
+    return "never: " + NOT_LOWERED[name].split(":", 1)[0] if name in NOT_LOWERED else "—"
+
+
+def _coreml(name):
+    targets = claimed_targets(name)
+    if not targets and OPS[name].impl("decompose") is not None:
+        return "decomposed"
+    return _since(targets)
+
+
 def op_rows():
     rows = []
     for name in sorted(OPS, key=lambda n: (FAMILIES.index(OPS[n].family), n)):
@@ -336,8 +356,7 @@ def op_rows():
         params = ", ".join(f"`{k}`" + ("" if p.required else "?") for k, p in d.params.items())
         regions = f" (regions: {', '.join(d.regions)})" if d.regions else ""
         rows.append([name, d.family, d.effect + regions,
-                     params or "—", _since(claimed_targets(name)) if d.impl("lower")
-                     or not d.impl("decompose") else "decomposed", _op_vjp(name)])
+                     params or "—", _coreml(name), _coreai(name), _op_vjp(name)])
     return rows
 
 
@@ -399,12 +418,15 @@ def render() -> str:
         "*effect*: `pure` ops may be merged and folded, `random` ones never; *(regions: ...)* "
         "names the sub-graphs an op carries (``Node.regions``). *parameters* is the op's schema (`?`: optional); a "
         "node whose parameters do not fit is refused when built and by the verifier. "
-        "*lowers on* is what the op's Core ML lowering claims, and "
+        "*Core ML* is the targets the op's Core ML lowering claims, and "
         "`tests/ir/test_op_records.py` lowers a node of every op on each of those targets and "
-        "loads it back through coremltools. *VJP*: `yes` (a reverse-mode rule), `zero` "
+        "loads it back through coremltools; *Core AI* says whether Core AI has a rule of its "
+        "own (`rule`) or never sees the op (`never`: where it goes instead); `decomposed`: "
+        "that format runs the op's decomposition (`rlxjax/transforms/legalize/`). *VJP*: `yes` (a reverse-mode rule), `zero` "
         "(no cotangent flows through it), or `refused` with the reason the error gives.",
         "",
-        _table(["RLX op", "family", "effect", "parameters", "lowers on", "VJP"], op_rows()),
+        _table(["RLX op", "family", "effect", "parameters", "Core ML", "Core AI", "VJP"],
+               op_rows()),
         "",
     ]) + ("\n" + _conformance_section() if _conformance_section() else "")
 

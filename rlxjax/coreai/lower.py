@@ -34,11 +34,21 @@ NOT_LOWERED = {
 }
 
 
-def native(node) -> bool:
+#: decomposed ops whose composition has no accuracy in fp16: Core AI fp16 values
+#: (precision "fp16" / "mixed") are refused by name, not decomposed
+FP32_ONLY = ("erfc",)
+#: ops whose Core AI rule is float only (its matmul / convolution): integer ones decomposed
+FLOAT_ONLY = ("dot_general", "conv")
+
+
+def native(node, native_f16: bool = False) -> bool:
     """The RLX ops Core AI runs as they are (it has a rule for them, ops.py); the composite
-    ops it has none for are decomposed first (rlxjax/transforms/legalize/). The linalg
-    family is decomposed in fp32 only (its fp16 results are not measured against JAX):
-    an fp16 one is refused by name here."""
+    ops it has none for, and the integer ``FLOAT_ONLY`` ones, are decomposed first
+    (rlxjax/transforms/legalize/), but for ``FP32_ONLY`` ops of Core AI fp16 values
+    (``native_f16``), left to be refused. The linalg family is decomposed in fp32 only
+    (its fp16 results are not measured against JAX): an fp16 one is refused by name here."""
+    if node.op in FLOAT_ONLY:
+        return any(v.type.dtype.is_float for v in node.inputs)
     if node.op in RULES:
         return True
     if OPS[node.op].family == "linalg":
@@ -46,7 +56,7 @@ def native(node) -> bool:
             if v.type.dtype.is_float and v.type.dtype != DType.f32:
                 raise unsupported(node, f"{node.op} of {v.type.dtype} is not lowered for "
                                         "Core AI")
-    return False
+    return native_f16 and node.op in FP32_ONLY and node.inputs[0].type.dtype == DType.f16
 
 
 def _io_dtype(d: DType) -> DType:
@@ -87,7 +97,8 @@ def lower_program(program) -> Lowered:
     _check_static(graph)
     if program.precision == "fp16":  # fp32 values computed as Core AI fp16 (fp16.py)
         graph = to_fp16(graph)
-    graph = legalize(graph, native)
+    f16 = program.precision != "fp32"  # Core AI fp16 values, not fp32-carried ones
+    graph = legalize(graph, lambda n: native(n, f16), carried_f16=not f16)
     for _, v in graph.inputs + graph.outputs:
         check_type(v.type)
     if program.precision not in ("fp32", "fp16", "mixed"):

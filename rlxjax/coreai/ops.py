@@ -1,22 +1,21 @@
 """RLX ops -> Core AI ops (used by lower.py, which owns the function boundary and states).
 
 The rules live by family: ops_elementwise.py, ops_bitwise.py (shifts, bit counts),
-ops_special.py (erfc), ops_shape.py (reductions, shapes, matmul, indexing), ops_nn.py (the
-fused activations and attention), ops_pool.py (pooling, convolutions), control.py (cond / while / scan / custom_vjp),
-weights.py (frozen weights, compressed ones decompressed by Core AI ops); ops_base.py has
-the context, the registry and the dispatch (``Ctx.lower_nodes``). Every other op is
-refused, naming the JAX primitive and the user's line. The composite ops Core AI has no rule
-for (the norms and their backward ops, the linalg family) are decomposed in the RLX graph before these rules
-run (rlxjax/transforms/legalize/, lower.py).
+ops_shape.py (reductions, shapes, matmul, indexing), ops_nn.py (attention), ops_conv.py
+(convolutions), control.py (cond / while / scan / custom_vjp), weights.py (frozen weights,
+compressed ones decompressed by Core AI ops); ops_base.py has the context, the registry and
+the dispatch (``Ctx.lower_nodes``). Every other op is refused, naming the JAX primitive and
+the user's line. The composite ops Core AI has no rule for (the norms and their backward
+ops, the pool family, the activations, erfc, integer matmul and conv, the linalg family) are decomposed in the
+RLX graph before these rules run (rlxjax/transforms/legalize/, lower.py).
 """
 from __future__ import annotations
 
 from typing import Dict
 
-from . import (control, ops_bitwise, ops_elementwise, ops_nn, ops_pool,  # noqa: F401
-               ops_shape, ops_special, weights)
+from . import (control, ops_bitwise, ops_elementwise, ops_nn, ops_conv,  # noqa: F401
+               ops_shape, weights)
 from . import ops_special2  # noqa: F401
-from . import ops_int  # noqa: F401  (after ops_shape: it wraps its dot_general rule)
 from .ops_base import Ctx
 
 __all__ = ["Ctx", "lower_nodes"]

@@ -2,7 +2,7 @@
 reshapes, small exact compositions every family uses), the rule registry (``rule``) and the
 refusal (``unsupported``).
 
-Each rule module (ops_elementwise.py, ops_shape.py, ops_nn.py, control.py) registers
+Each rule module (ops_elementwise.py, ops_shape.py, ops_nn.py, control.py, ...) registers
 ``fn(ctx, node, ins) -> value | [values]`` for the RLX ops it lowers into the op's record
 (layer ``LOWERINGS["coreai"]`` of rlxjax/ir/ops.py, next to Core ML's); ops.py dispatches.
 """

@@ -1,27 +1,17 @@
-"""The fused activations and attention (rlxjax/ir/activation.py, attention.py) -> Core AI,
-written out from primitive Core AI ops with the formulas of the Core ML lowering
-(coreml/rules/activation.py) in fp32 (the norms: transforms/legalize/norm.py):
+"""``attention`` and its backward (rlxjax/ir/attention.py) -> Core AI, written out from
+primitive Core AI ops in fp32: ``softmax(q·kᵀ·scale + mask)·v`` with ``batch_matmul``; its
+backward as ir/attention.py. (The activations and the norms are decomposed in the RLX graph
+before the rules run: rlxjax/transforms/legalize/activation.py, norm.py.)
 
-* ``softmax`` = ``exp(x - max) / sum``, ``log_softmax`` = ``(x - max) - log(sum)``
-  (max over the axis, dims kept); their backward ops as in ir/activation.py;
-* ``gelu`` exact as JAX writes it, ``0.5·x·erfc(-x·√½)`` (ops_special.py's erfc; native fp16
-  values ``0.5·x·(1 + erf(x/√2))``); tanh form as JAX writes it; ``silu`` =
-  ``x·sigmoid(x)``; their backward ops;
-* ``attention`` = ``softmax(q·kᵀ·scale + mask)·v`` with ``batch_matmul``; its backward as
-  ir/attention.py.
-
-Core AI's own ``softmax`` / ``gelu`` / ``silu`` ops are not used: their accuracy is not
-documented, the written-out forms are the ones measured (docs/coreai.md).
+Core AI's own ``softmax`` is not used: its accuracy is not documented, the written-out form
+is the one measured (docs/coreai.md).
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from ..ir import DType
 from .ops_base import rule, unsupported
-from .ops_special import erfc_lowers, erfc_of
 
 F32 = DType.f32
 
@@ -30,93 +20,6 @@ def _t(node, i=0):
     return node.inputs[i].type
 
 
-def _softmax_parts(ctx, x, axis, dt):
-    m = ctx.reduce("max", x, [axis])  # no NaN handling needed: a NaN poisons exp anyway
-    s = ctx.sub(x, m)
-    e = ctx.ca.exp(s)
-    return s, e, ctx.sum_keep(e, [axis])
-
-
-@rule("softmax")
-def _softmax(ctx, node, ins):
-    _, e, z = _softmax_parts(ctx, ins[0], node.params["axis"], _t(node).dtype)
-    return ctx.div(e, z)
-
-
-@rule("log_softmax")
-def _log_softmax(ctx, node, ins):
-    s, _, z = _softmax_parts(ctx, ins[0], node.params["axis"], _t(node).dtype)
-    return ctx.sub(s, ctx.ca.log(z))
-
-
-@rule("softmax_grad")
-def _softmax_grad(ctx, node, ins):
-    y, dy = ins  # y·(dy − Σ dy·y)
-    return ctx.mul(y, ctx.sub(dy, ctx.sum_keep(ctx.mul(dy, y), [node.params["axis"]])))
-
-
-@rule("log_softmax_grad")
-def _log_softmax_grad(ctx, node, ins):
-    y, dy = ins  # dy − exp(y)·Σ dy
-    return ctx.sub(dy, ctx.mul(ctx.ca.exp(y), ctx.sum_keep(dy, [node.params["axis"]])))
-
-
-_C = math.sqrt(2.0 / math.pi)
-
-
-def _half_one_plus(ctx, x, approximate, dt):
-    """0.5·(1 + t): t the tanh of the approximate form, else erf(x/√2), written as JAX's
-    ``0.5·erfc(-x·√½)`` (``1 + erf`` cancels for x < 0 and is 0 below -5.54; docs/coreai.md
-    measures both). Native fp16 values (precision="fp16" / "mixed"), which erfc is not
-    lowered for, keep ``1 + erf``."""
-    c = lambda v: ctx.scalar(v, dt)  # noqa: E731
-    if approximate:  # 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-        inner = ctx.mul(c(_C), ctx.add(x, ctx.mul(c(0.044715), ctx.mul(ctx.mul(x, x), x))))
-        t = ctx.ca.tanh(inner)
-        return ctx.mul(c(0.5), ctx.add(c(1), t)), t
-    if erfc_lowers(ctx, dt):
-        return ctx.mul(c(0.5), erfc_of(ctx, ctx.mul(x, c(-1 / math.sqrt(2.0))), dt)), None
-    return ctx.mul(c(0.5), ctx.add(c(1), ctx.ca.erf(ctx.mul(x, c(1 / math.sqrt(2.0)))))), None
-
-
-@rule("gelu")
-def _gelu(ctx, node, ins):
-    x, dt = ins[0], _t(node).dtype
-    half_1pt, _ = _half_one_plus(ctx, x, node.params["approximate"], dt)
-    return ctx.mul(x, half_1pt)
-
-
-@rule("gelu_grad")
-def _gelu_grad(ctx, node, ins):
-    x, dy = ins
-    dt = _t(node).dtype
-    c = lambda v: ctx.scalar(v, dt)  # noqa: E731
-    half_1pt, t = _half_one_plus(ctx, x, node.params["approximate"], dt)
-    if node.params["approximate"]:
-        # 0.5(1+t) + 0.5·x·(1−t²)·√(2/π)·(1 + 3·0.044715·x²)
-        d_inner = ctx.mul(c(_C), ctx.add(c(1), ctx.mul(c(3 * 0.044715), ctx.mul(x, x))))
-        rest = ctx.mul(ctx.mul(ctx.mul(c(0.5), x), ctx.sub(c(1), ctx.mul(t, t))), d_inner)
-    else:  # 0.5·erfc(-x/√2) + x·exp(−x²/2)/√(2π)
-        rest = ctx.mul(x, ctx.mul(ctx.ca.exp(ctx.mul(c(-0.5), ctx.mul(x, x))),
-                                  c(1 / math.sqrt(2 * math.pi))))
-    return ctx.mul(dy, ctx.add(half_1pt, rest))
-
-
-@rule("silu")
-def _silu(ctx, node, ins):
-    return ctx.mul(ins[0], ctx.ca.sigmoid(ins[0]))
-
-
-@rule("silu_grad")
-def _silu_grad(ctx, node, ins):
-    x, dy = ins  # dy·s·(1 + x·(1 − s))
-    dt = _t(node).dtype
-    s = ctx.ca.sigmoid(x)
-    one = ctx.scalar(1, dt)
-    return ctx.mul(ctx.mul(dy, s), ctx.add(one, ctx.mul(x, ctx.sub(one, s))))
-
-
-# -- attention ---------------------------------------------------------------------------
 def _bmm(ctx, a, b, a_shape, b_shape, transpose_b=False, transpose_a=False):
     """a @ b over the leading dims (flattened to one batch), optional transposes."""
     lead = a_shape[:-2]

@@ -43,7 +43,7 @@ defop("betainc", "elementwise", 3, params={})(_float_op("betainc"))
 
 
 # -- erfc to float32 accuracy: the fitted f(x) = x·exp(x²)·erfc(x) of both formats'
-# lowerings (coreml/rules/erfc.py, coreai/ops_special.py; derivation: tools/fit_erfc.py)
+# lowerings (transforms/legalize/special.py; derivation: tools/fit_erfc.py)
 # f(x) on [1, 3] as a polynomial in (x - 2), highest degree first.
 ERFC_A = (-8.9861497851032659e-06, 2.9367471408893778e-05, -7.1136734477332094e-05,
           2.1674416785613779e-04, -6.4782245750472783e-04, 1.7800081829546690e-03,

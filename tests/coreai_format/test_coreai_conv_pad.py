@@ -92,7 +92,7 @@ def test_strided_and_dilated_convs_and_their_gradients_match_jax(fmt, case):
 def test_a_same_conv_and_its_strided_backward_run_no_pad_op():
     _, loss, x, w = _case((2, 2), (1, 1), "SAME", (3, 3), (8, 8))
     ops = _ops(jax.grad(loss, (0, 1)), x, w)
-    # one concat: the strided conv's input gradient interleaves its phases (ops_pool.py)
+    # one concat: the strided conv's input gradient interleaves its phases (ops_conv.py)
     assert "conv2d" in ops and "pad" not in ops and ops.count("concat") <= 1
 
 
@@ -169,7 +169,7 @@ def test_lax_pad_is_bit_exact_with_non_finite_values_and_negative_zero(config):
 
 def test_a_convs_kernel_gradient_reuses_its_padded_input_and_matches_jax():
     # the forward pads x (NCHW); the kernel gradient pads the same x as [C, N, H, W]: one
-    # gather for both (ops_pool._padded), a transpose of the padded tensor for the second
+    # gather for both (ops_conv._padded), a transpose of the padded tensor for the second
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 7, 6, 4)).astype(np.float32)
     w = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)

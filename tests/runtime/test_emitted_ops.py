@@ -46,7 +46,7 @@ def _computed_sites():
     """(module file, enclosing function) -> set of op types that site can emit."""
     from rlxjax.coreml.registry import LOWERINGS
     from rlxjax.coreml import flexible
-    from rlxjax.coreml.rules import elementwise as ew, pool, reduction
+    from rlxjax.coreml.rules import elementwise as ew, reduction
 
     def registered(fn):
         return {op for op, f in LOWERINGS.items() if f is fn}
@@ -60,8 +60,6 @@ def _computed_sites():
         ("rules/elementwise.py", "_logical"): set(ew._LOGICAL.values()),
         ("rules/reduction.py", "_reduce"): registered(reduction._reduce),
         ("rules/reduction.py", "_arg"): {"reduce_" + op for op in registered(reduction._arg)},
-        ("rules/pool.py", "_reduce_window"): set(pool._COMBINE.values()),
-        ("rules/pool.py", "_choose"): set(pool._SELECT.values()),
         ("flexible.py", "arith"): set(flexible._ARITH.values()),  # flexible dim expressions
         ("rules/activation.py", "_reduce_keep"): {"reduce_max", "reduce_log_sum_exp",
                                                   "reduce_sum"},

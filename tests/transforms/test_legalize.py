@@ -74,3 +74,40 @@ def test_an_fp16_norm_is_refused_by_name_not_decomposed_into_overflowing_statist
                                 has_beta=False))
     with pytest.raises(UnsupportedPrimitiveError, match=r"layer_norm.*model\.py:3.*fp32"):
         legalize(g, coreai_native)
+
+
+def _pool_sum(dtype, op="reduce_window_sum"):
+    from rlxjax.ir import Graph, TensorType
+    from rlxjax.ir.builder import Builder
+
+    g = Graph()
+    x = g.add_input("x", TensorType((6, 5), dtype))
+    w = dict(window=(3, 2), strides=(2, 1), dilation=(1, 1))
+    if op == "reduce_window_sum":
+        y = Builder(g).add(op, x, **w)
+    else:  # max pooling's backward: its overlapping windows' contributions are summed
+        y = Builder(g).add(op, g.add_input("s", TensorType((2, 4), dtype)), x, select="ge", **w)
+    g.add_output("y", y)
+    return g
+
+
+def _converts(g):
+    return [(n.inputs[0].type.dtype, n.params["dtype"]) for n in g.nodes if n.op == "convert"]
+
+
+def test_a_carried_dtype_is_wrapped_or_rounded_once_not_after_every_op():
+    """policy.py: a format that carries fp16 in fp32 (or int8 in int32, every format) gets a
+    round_once decomposition on the wide dtype, converted back once at the end (as XLA and
+    the composite rule it replaces round once); one computing fp16 natively gets it op for
+    op in fp16. The pool sums are such decompositions; the max pools move values only."""
+    never = lambda n: False  # noqa: E731
+    wide = legalize(_pool_sum(DType.f16), never, carried_f16=True)
+    assert _converts(wide) == [(DType.f16, DType.f32), (DType.f32, DType.f16)]
+    assert {n.outputs[0].type.dtype for n in wide.nodes if n.op == "add"} == {DType.f32}
+    native16 = legalize(_pool_sum(DType.f16), never)
+    assert _converts(native16) == [] and "add" in _ops(native16)
+    small = legalize(_pool_sum(DType.i8, "select_and_scatter_add"), never)
+    assert _converts(small)[:2] == [(DType.i8, DType.i32)] * 2
+    assert _converts(small)[-1] == (DType.i32, DType.i8)
+    assert all(n.outputs[0].type.dtype != DType.i8 for n in small.nodes[:-1])
+    assert _converts(legalize(_pool_sum(DType.f32), never, carried_f16=True)) == []

@@ -1,9 +1,8 @@
 """Core ML lowerings, one module per op family; importing registers them."""
-from . import constant, elementwise, linear, norm, reduction, shape, erfc  # noqa: F401
+from . import constant, elementwise, linear, norm, reduction, shape  # noqa: F401
 from . import norm_grad  # noqa: F401
 from . import activation, attention  # noqa: F401
 from . import indexing  # noqa: F401
-from . import pool  # noqa: F401
 from . import conv  # noqa: F401
 from . import random  # noqa: F401
 from . import control  # noqa: F401

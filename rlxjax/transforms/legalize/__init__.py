@@ -18,7 +18,9 @@ from typing import Callable, Dict
 from ...ir import Graph, Node, verify
 from ...ir.builder import Builder
 from ...ir.ops import OPS
-from . import linalg, linalg_qr, linalg_svd, linalg_tri, norm  # noqa: F401  (registers them)
+from . import activation, int_linear, norm, pool, special  # noqa: F401  (register them)
+from . import linalg, linalg_qr, linalg_svd, linalg_tri  # noqa: F401  (register them)
+from .policy import decompose
 
 Native = Callable[[Node], bool]
 
@@ -36,17 +38,18 @@ def needs_legalizing(graph: Graph, native: Native) -> bool:
                for n in graph.nodes)
 
 
-def legalize(graph: Graph, native: Native) -> Graph:
+def legalize(graph: Graph, native: Native, carried_f16: bool = False) -> Graph:
     """``graph`` with every op that has a decomposition and is not ``native`` decomposed;
-    ``graph`` itself when there is none (it is never changed: a new graph is built)."""
+    ``graph`` itself when there is none (it is never changed: a new graph is built).
+    ``carried_f16``: the format carries fp16 values in fp32 (policy.py's fp16 policy)."""
     if not needs_legalizing(graph, native):
         return graph
-    new = _copy(graph, native, {})
+    new = _copy(graph, native, {}, carried_f16)
     verify(new)
     return new
 
 
-def _copy(graph: Graph, native: Native, env: Dict[int, object]) -> Graph:
+def _copy(graph: Graph, native: Native, env: Dict[int, object], carried_f16=False) -> Graph:
     new = Graph(graph.name)
     for name, v in graph.inputs:
         env[v.id] = new.add_input(name, v.type)
@@ -56,10 +59,11 @@ def _copy(graph: Graph, native: Native, env: Dict[int, object]) -> Graph:
         fn = decomposition(node.op)
         if fn is not None and not native(node):
             with b.at(node.source):
-                outs = list(fn(b, node, ins))
+                outs = list(decompose(fn, b, node, ins, carried_f16))
         else:
-            regions = {k: (tuple(_copy(g, native, {}) for g in r) if isinstance(r, tuple)
-                           else _copy(r, native, {})) for k, r in node.regions.items()}
+            regions = {k: (tuple(_copy(g, native, {}, carried_f16) for g in r)
+                           if isinstance(r, tuple) else _copy(r, native, {}, carried_f16))
+                       for k, r in node.regions.items()}
             outs = new.add_node(node.op, ins, node.params, node.source,
                                 regions or None).outputs
         if len(outs) != len(node.outputs) or any(
