@@ -55,6 +55,21 @@ def insert_before(graph: Graph, anchor: Node, new_nodes: Sequence[Node]) -> None
     graph.nodes = rest[:i] + list(new_nodes) + rest[i:]
 
 
+def place_all(graph: Graph, before: Dict[int, List[Node]]) -> None:
+    """Move the (appended) nodes of ``before[id(anchor)]`` to just before each ``anchor`` in
+    one pass: the order ``insert_before`` one anchor at a time gives (for anchors that are
+    not themselves moved), at O(nodes) instead of O(nodes) per anchor."""
+    if not before:
+        return
+    new = {id(n) for ns in before.values() for n in ns}
+    order: List[Node] = []
+    for n in graph.nodes:
+        if id(n) not in new:
+            order.extend(before.get(id(n), ()))
+            order.append(n)
+    graph.nodes = order
+
+
 class Appender(Builder):
     """A Builder for replacements: it builds under the source line of the node being
     replaced (pass it as ``source``), remembers what it built, and ``place_before`` moves
