@@ -10,6 +10,13 @@ explicit reshapes, e.g. flax's bias reshape). ``simplify`` then runs the passes 
 ``cse.py`` (common subexpressions, split backward as concatenate) and ``merge_slices``
 (slices cutting one axis -> one split); tests/transforms/test_passes.py, tests/transforms/test_peephole.py.
 
+Cost, for n nodes and e inputs: ``collapse_reshapes`` and ``drop_unit_reshapes`` one walk
+with a producer / reader map, then one ``substitute`` and one ``dce``: O(n + e).
+``drop_broadcasts`` walks once but places each replacement with a pass over the graph
+(``Appender.place_before``): O(n x replaced broadcasts), quadratic in the depth when a
+model has a broadcast per layer (``rewrite.place_all`` is the linear form merge_slices
+uses). tests/memory/test_compile_work.py bounds the whole compile's work on a doubled depth.
+
 Every pass here changes the graph it is given, in place (and returns a count); run on a
 region (``all_regions``), it changes a graph that its node owns (ir/graph.py), never a
 region shared with another node.
