@@ -12,10 +12,9 @@ explicit reshapes, e.g. flax's bias reshape). ``simplify`` then runs the passes 
 
 Cost, for n nodes and e inputs: ``collapse_reshapes`` and ``drop_unit_reshapes`` one walk
 with a producer / reader map, then one ``substitute`` and one ``dce``: O(n + e).
-``drop_broadcasts`` walks once but places each replacement with a pass over the graph
-(``Appender.place_before``): O(n x replaced broadcasts), quadratic in the depth when a
-model has a broadcast per layer (``rewrite.place_all`` is the linear form merge_slices
-uses). tests/memory/test_compile_work.py bounds the whole compile's work on a doubled depth.
+``drop_broadcasts`` one walk, its reshapes placed in one pass at the end
+(``rewrite.place_all``): O(n + e) (one pass per replaced broadcast before: quadratic in
+the depth). tests/memory/test_compile_work.py bounds the whole compile's work on a doubled depth.
 
 Every pass here changes the graph it is given, in place (and returns a count); run on a
 region (``all_regions``), it changes a graph that its node owns (ir/graph.py), never a
@@ -27,7 +26,7 @@ from ..ir import Graph, verify
 from ..ir.ops import ARITH_BINARY, COMPARE, LOGIC_BINARY
 from .cse import concat_pad_sums, cse
 from .merge_slices import merge_slices
-from .rewrite import Appender, dce, output_ids, substitute, users
+from .rewrite import Appender, dce, output_ids, place_all, substitute, users
 
 _IMPLICIT = set(ARITH_BINARY) | set(COMPARE) | set(LOGIC_BINARY)
 
@@ -36,6 +35,7 @@ def drop_broadcasts(graph: Graph) -> int:
     readers = users(graph)
     outs = output_ids(graph)
     changed = 0
+    before = {}  # id(broadcast) -> its reshape, placed before it in one pass at the end
     for node in list(graph.nodes):
         if node.op != "broadcast_in_dim":
             continue
@@ -55,10 +55,12 @@ def drop_broadcasts(graph: Graph) -> int:
         lead = len(placed) - len(x.shape)
         y = (x if all(d == 1 for d in placed[:lead]) and tuple(placed[lead:]) == tuple(x.shape)
              else ap.add("reshape", x, shape=tuple(placed)))
-        ap.place_before(node)
+        if ap.nodes:
+            before[id(node)] = ap.nodes
         for u in uses:
             u.inputs = tuple(y if v is b else v for v in u.inputs)
         changed += 1
+    place_all(graph, before)
     if changed:
         dce(graph)
     return changed
