@@ -7,10 +7,12 @@ and the MIL passes (coreml/*) - counted, not timed, so the bound holds on a load
 
 Work linear in the depth, a + b L, grows at most 2x from L to 2L (the embedding and the
 loss are the fixed part a: from 2 to 4 layers the ops grow ~1.5x); a pass quadratic in the
-program would grow up to 4x. Every module's count, and the total, must stay within 2.2x
-(measured from 2 to 4 layers: 1.24-1.93x per module, 1.62x in total, flax's tracing of the
-layers the highest). The default run compares 1 and 2 layers (~4 s of CPU), the slow one 2
-and 4. Counting
+program would grow up to 4x. Every module's count must stay within 2.2x (measured from 2
+to 4 layers: 1.24-1.93x per module, flax's tracing of the layers the highest) and the total
+within 1.3x the ops' growth (1.62x for 1.51x). The default run compares 1 and 2 layers (~4 s
+of CPU), the slow one 2 and 4. What this does not catch: a quadratic term small at these
+depths (the ops grow 1.34x from 1 to 2 layers, 1.51x from 2 to 4 - a term quadratic in the
+ops grows 1.8x / 2.3x, under the per-module bound unless it dominates its module). Counting
 calls sees Python loops over ops (each visit calls something) but not the elements a
 vectorised numpy call touches: coreml/mil_order_refine.py's evaluated orders are O(n) numpy
 passes each, bounded by tests/memory/test_order_work.py. A compile of depth 1 first warms
@@ -104,7 +106,8 @@ def test_compile_work_grows_linearly_with_depth(depth):
     ratio = n_big / n_small
     assert 1.2 < ratio < 2.2, (n_small, n_big)  # the program grew with its layers
     total_small, total_big = sum(small.values()), sum(big.values())
-    assert total_big <= _BOUND * total_small, (total_small, total_big)
+    # the total within 1.3x the ops' growth (measured 1.10x at 1 -> 2 layers, 1.07x at 2 -> 4)
+    assert total_big <= 1.3 * ratio * total_small, (total_small, total_big, ratio)
     worst = []
     for name, count in small.items():
         if count < 2000:  # a fixed cost: too small to show a growth
