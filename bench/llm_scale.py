@@ -28,7 +28,9 @@ shapes, ``coreml_train_step(loss, optax.adamw(1e-4), target="iOS18")``) against
     flock /work/wt/.bigjob.lock python bench/llm_scale.py --shapes qwen2.5-0.5b
 
 Not measured here: a keras-hub backbone and a model of Google's ``gemma`` library (issue 36
-lists them): neither keras-hub nor gemma is installed in this environment.
+lists them). keras-hub 0.32 requires ``tensorflow-text`` (so TensorFlow) on Linux, and
+gemma 3.3 requires kauldron, grain and orbax-checkpoint: neither was installed (the brief
+allowed them only without TensorFlow, in a separate environment).
 """
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ scheme         stored as                                          target  MIL op
                k-means)
 =============  =================================================  ======  ==============
 
-The maths is coremltools.optimize's own (``coreml/ct_private.py``: linear quantisation
-``blockwise_compress``, k-means through the kmeans1d copy coremltools ships). The program
-computes with the *dequantised* values, exactly as Core ML's constexpr ops decompress them;
+The maths is coremltools.optimize's own (linear quantisation: ``blockwise_compress``'s
+numpy operations, done here without its copies and bit for bit equal to it; k-means
+through the kmeans1d copy coremltools ships). The program computes with the *dequantised* values, exactly as Core ML's constexpr ops decompress them;
 ``compress_leaf`` returns them, and the graph's ``weight`` node (rlxjax/ir/weight.py)
 carries both. A JAX reference of a compressed program runs on those values
 (``step.params(step.init(params))`` for a training step; ``compress_leaf(w).value``).
@@ -87,23 +87,48 @@ def compress_leaf(arr: np.ndarray, scheme: str) -> Optional[Compressed]:
 
 
 def _quantise_by_channels(arr: np.ndarray, nbits: int, blocks):
-    columns = arr.shape[-1]
-    per_column = arr.size // columns
-    step = max(1, CHUNK // per_column)
-    data = np.empty(arr.shape, np.int8)
-    scale = None
-    for j in range(0, columns, step):
-        piece = np.ascontiguousarray(arr[..., j:j + step])
-        d, s = ct_private.linear_quantize(piece, nbits, blocks)
-        zero = ~(s > 0)  # an all-zero block: scale 0 (data NaN-derived): store 0 * 1
-        if zero.any():
-            s = np.where(zero, np.float32(1), s).astype(np.float32)
-            d = np.where(_repeat(zero, piece.shape), np.int8(0), d).astype(np.int8)
-        if scale is None:
-            scale = np.empty(s.shape[:-1] + (columns,), s.dtype)
-        data[..., j:j + step] = d
-        scale[..., j:j + step] = s
-    return data, scale
+    """(int8 data, fp32 scale of ``arr``'s rank): coremltools.optimize's symmetric signed
+    linear quantisation (``linear_quantize_weights.blockwise_compress``, LINEAR_SYMMETRIC:
+    ``optimize._utils.compute_qparams_by_dtype`` / ``quantize_weight_by_dtype``) computed
+    with the same numpy operations on the same dtypes - so bit for bit its result
+    (tests/coreml/test_quantise.py compares them) - without its copies: the scales from two
+    reductions over the whole leaf (exact in any order), then the integers a run of blocks
+    along axis 0 at a time, each run's quotient rounded and clipped in place. An all-zero
+    block (scale 0, NaN quotients) stores scale 1 and zeros. O(size), temporaries of at
+    most ~``CHUNK`` elements."""
+    new_shape, scale_shape, kept = [], [], []
+    for dim, b in zip(arr.shape, blocks):
+        if b > 0:  # (the callers' blocks divide their axes)
+            kept.append(len(new_shape))
+            new_shape += [dim // b, b]
+            scale_shape.append(dim // b)
+        else:
+            new_shape.append(dim)
+            scale_shape.append(1)
+    axes = tuple(a for a in range(len(new_shape)) if a not in kept)
+    w = np.ascontiguousarray(arr).reshape(new_shape)
+    q_max = 2 ** (nbits - 1) - 1  # symmetric: [-q_max, q_max]
+    max_abs = np.maximum(np.abs(np.amin(w, axis=axes, keepdims=True)),
+                         np.abs(np.amax(w, axis=axes, keepdims=True)))
+    scale = (max_abs - -max_abs) / (q_max - -q_max)  # (coremltools: (max - min) / range)
+    zero = ~(scale > 0)
+    data = np.empty(new_shape, np.int8)
+    per = max(1, w[0].size)
+    step = max(1, CHUNK // per)
+    s_rows = scale.shape[0] > 1  # the scale varies along axis 0 (int8: a block per row)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for a in range(0, new_shape[0], step):
+            b = min(new_shape[0], a + step)
+            sc, zr = (scale[a:b], zero[a:b]) if s_rows else (scale, zero)
+            q = np.divide(w[a:b], sc)
+            np.round(q, out=q)
+            np.clip(q, -q_max, q_max, out=q)
+            piece = q.astype(np.int8)
+            if zr.any():
+                piece[np.broadcast_to(zr, piece.shape)] = 0
+            data[a:b] = piece
+    scale = np.where(zero, np.float32(1), scale).astype(arr.dtype).reshape(scale_shape)
+    return data.reshape(arr.shape), scale
 
 
 def _cast_rows(c: Compressed, start: int, stop: int) -> np.ndarray:
@@ -119,9 +144,3 @@ def _scaled_rows(c: Compressed, start: int, stop: int) -> np.ndarray:
 
 def _lut_rows(c: Compressed, start: int, stop: int) -> np.ndarray:
     return ct_private.lut_to_dense(c.data[start:stop], c.lut).astype(np.float32)
-
-
-def _repeat(blockwise: np.ndarray, shape) -> np.ndarray:
-    for axis, (n, b) in enumerate(zip(shape, blockwise.shape)):
-        blockwise = np.repeat(blockwise, n // b, axis=axis)
-    return blockwise

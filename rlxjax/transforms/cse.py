@@ -12,6 +12,11 @@ the pieces sit in disjoint ranges of one axis, that sum is ``concatenate(pieces,
 + 0.0``: every position receives one piece's value plus zeros only, and ``v + 0.0`` is what
 the sum of ``v`` with any number of ``+0.0`` gives (``v`` itself, or ``+0.0`` for ``-0.0``),
 so the result is bit-identical with two ops instead of 2n - 1.
+
+Cost, for n nodes and e inputs: ``cse`` one walk with a dict look-up per node (its key: op,
+input ids, hashed params), then one ``substitute`` and one ``dce``: O(n + e).
+``concat_pad_sums`` places each rewritten sum and substitutes its value with a pass over the
+graph each: O(n x rewritten sums) (a split's backward per layer: quadratic in the depth).
 """
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""Graph rewriting utilities shared by the transforms: use lists, substitution, DCE."""
+"""Graph rewriting utilities shared by the transforms: use lists, substitution, DCE.
+
+Cost, for n nodes and e inputs: ``users``, ``substitute``, ``dce`` and ``place_all`` one
+pass each, O(n + e); ``insert_before`` (``Appender.place_before``) one pass per call, so a
+pass calling it per match is O(n x matches): collect the placements and ``place_all`` once.
+"""
 from __future__ import annotations
 
 from typing import Dict, Iterable, List, Sequence
@@ -53,6 +58,21 @@ def insert_before(graph: Graph, anchor: Node, new_nodes: Sequence[Node]) -> None
     rest = [n for n in graph.nodes if id(n) not in ids]
     i = next(k for k, n in enumerate(rest) if n is anchor)
     graph.nodes = rest[:i] + list(new_nodes) + rest[i:]
+
+
+def place_all(graph: Graph, before: Dict[int, List[Node]]) -> None:
+    """Move the (appended) nodes of ``before[id(anchor)]`` to just before each ``anchor`` in
+    one pass: the order ``insert_before`` one anchor at a time gives (for anchors that are
+    not themselves moved), at O(nodes) instead of O(nodes) per anchor."""
+    if not before:
+        return
+    new = {id(n) for ns in before.values() for n in ns}
+    order: List[Node] = []
+    for n in graph.nodes:
+        if id(n) not in new:
+            order.extend(before.get(id(n), ()))
+            order.append(n)
+    graph.nodes = order
 
 
 class Appender(Builder):
