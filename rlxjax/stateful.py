@@ -227,12 +227,6 @@ def _out_name(name: str) -> str:
     return "out" + name[len("out.0"):] if name == "out.0" or name.startswith("out.0.") else name
 
 
-def write_metadata(executable, layout: StateLayout) -> None:
-    """``rlxjax.stateful`` of a compiled stateful function."""
-    metadata.write(executable.metadata, metadata.STATEFUL,
-                   layout.metadata(executable.state_graph_names))
-
-
 # -- the host side ---------------------------------------------------------------------------
 class StateValues:
     """The device state of a stateful function (``make_state``): the format's state handle

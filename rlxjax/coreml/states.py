@@ -73,14 +73,13 @@ def state_feature(spec: StateSpec) -> Model_pb2.FeatureDescription:
 
 
 def describe_states(model, specs) -> None:
-    """List ``specs`` in the model description (``description.state``) and in the
-    'rlxjax.io' metadata."""
-    from dataclasses import asdict
-
-    from .. import metadata
-
+    """List ``specs`` in the model description (``description.state``)."""
     model.description.state.extend(state_feature(s) for s in specs)
-    meta = model.description.metadata.userDefined
-    io = metadata.read(meta, metadata.IO, {})
-    io["states"] = [asdict(s) for s in specs]
-    metadata.write(meta, metadata.IO, io)
+
+
+def state_rows(model) -> list:
+    """The metadata's row of each state the model description lists (``StateSpec``'s
+    fields: graph input name, state name, shape, dtype)."""
+    return [{"name": f.shortDescription, "mil_name": f.name,
+             "shape": list(f.type.stateType.arrayType.shape), "dtype": "float16"}
+            for f in model.description.state]

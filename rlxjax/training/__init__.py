@@ -1,7 +1,9 @@
 """Training steps: forward, backward and an optax update compiled into one ML Program.
 
 * ``layout.py``     the typed layout of a training program (each feature's role, what feeds what)
-* ``program.py``    building the training graph and compiling it (``TrainProgram``)
+* ``pipeline.py``   a step's compile, stage by stage: trace, train graph, states, format,
+  layout, metadata (``compile_train``: a ``TrainProgram``)
+* ``program.py``    building the training graph (``build_train_graph``)
 * ``mlstate.py``    ``state="mlstate"``: exact fp32 storage in Core ML fp16 states (its host
   codec in ``mlstate_np.py``)
 * ``state.py``      ``TrainState`` and the device state between steps

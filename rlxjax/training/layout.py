@@ -109,12 +109,13 @@ class TrainLayout:
     tensors: Optional[Layout] = None    # mlstate: where each leaf lives in the states
 
     @classmethod
-    def of_program(cls, compiled, mode: str, n_params: int, n_opt_state: int,
+    def of_program(cls, executable, mode: str, n_params: int, n_opt_state: int,
                    has_aux: bool, tensors: Optional[Layout] = None,
                    n_random: int = 0) -> "TrainLayout":
-        """The layout of ``compiled``, a program arranged as the module doc says."""
+        """The layout of ``executable`` (a format's, formats/base.py), a program arranged
+        as the module doc says."""
         n_trained = n_params + n_opt_state if mode == "io" else 0
-        ins, outs = compiled.input_specs, compiled.output_specs
+        ins, outs = executable.input_specs, executable.output_specs
         n_loss = len(outs) - n_trained
         if len(ins) < n_trained or n_loss < 1:
             raise RlxError(f"internal: a {mode} training program with {len(ins)} inputs "
@@ -128,7 +129,7 @@ class TrainLayout:
             outputs.append(_feature(s, _NEW[fed.role], feeds=fed.feature))
         states = ()
         if tensors is not None:
-            by_graph = compiled.executable.state_graph_names
+            by_graph = executable.state_graph_names
             states = tuple(StateFeature(by_graph[g], g, n, role, dt, off)
                            for g, role, n, dt, off in tensors.state_rows())
         return cls(mode, inputs, tuple(outputs), states, tensors)

@@ -78,7 +78,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
             raise ArgumentError("precision='mixed' does not combine with trainable= / "
                                 "compress= / flexible= (yet): use precision='fp32' for those")
         return MixedTrainStep(loss, optimizer, state=state, has_aux=has_aux,
-                              loss_scale=loss_scale, static_argnums=(), target=target,
+                              loss_scale=loss_scale, target=target,
                               backend=backend, random=random, format=format)
     if loss_scale is not None:
         raise ArgumentError("loss_scale= is for precision='mixed' (fp16 compute) only")
@@ -90,7 +90,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     if flexible and {"params", "opt_state", 0, 1} & set(flexible):
         raise ArgumentError("flexible= names batch arguments only: parameters and optimizer "
                             "state keep their shapes (a Core ML state cannot be flexible)")
-    options = dict(state=state, has_aux=has_aux, static_argnums=(), target=target,
+    options = dict(state=state, has_aux=has_aux, target=target,
                    precision=precision, backend=backend, random=random, flexible=flexible,
                    format=format)
     if trainable is None and compress is None:
