@@ -111,9 +111,11 @@ def describe(executable, program, extra: Optional[Dict[str, object]] = None) -> 
 
 def merge_functions(parts, default: str) -> Dict[str, str]:
     """One package's metadata for the functions ``parts`` ((name, metadata map) each): the
-    first part's package keys, and each function's own keys under ``FUNCTIONS``."""
+    first part's package keys, and each function's own keys under ``FUNCTIONS``, sorted (a
+    protobuf map iterates in an order that changes from process to process: the package
+    would not be the same bytes twice)."""
     meta = {k: v for k, v in parts[0][1].items() if not per_function(k)}
-    rows = [{"name": name, "metadata": {k: _json_or_text(v) for k, v in m.items()
+    rows = [{"name": name, "metadata": {k: _json_or_text(v) for k, v in sorted(m.items())
                                         if per_function(k)}} for name, m in parts]
     meta[FUNCTIONS] = json.dumps({"default": default, "functions": rows})
     return meta
