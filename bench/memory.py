@@ -44,7 +44,7 @@ sys.path.insert(0, HERE)
 import rlxjax  # noqa: E402
 import rlxjax.coreml.format as coreml_format  # noqa: E402
 from rlxjax.training import mlstate  # noqa: E402
-from rlxjax.runtime.reference.liveness import LiveBytesProgram  # noqa: E402
+from rlxjax.coreml.interpreter.liveness import LiveBytesProgram  # noqa: E402
 
 MIB = 2 ** 20
 

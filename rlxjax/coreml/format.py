@@ -52,7 +52,7 @@ class CoreMLExecutable(Executable):
         return state_rows(self.spec)
 
     def runner(self, backend: str):
-        from ..runtime import make_backend
+        from .backends import make_backend
 
         return make_backend(backend, self.spec, self.weights_dir)
 

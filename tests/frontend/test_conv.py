@@ -22,7 +22,7 @@ from jax import lax
 import rlxjax
 from helpers import assert_tree_close, check_against_jax, examples, FP32_TOL
 from rlxjax.errors import UnsupportedPrimitiveError
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
 FWD = settings(max_examples=examples(12), deadline=None)
 GRAD = settings(max_examples=examples(16), deadline=None)

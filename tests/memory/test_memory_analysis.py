@@ -12,7 +12,7 @@ import pytest
 import rlxjax
 from models import workloads
 from rlxjax.errors import DynamicShapeError
-from rlxjax.runtime.reference.liveness import LiveBytesProgram
+from rlxjax.coreml.interpreter.liveness import LiveBytesProgram
 
 
 #: the train-step workloads of tests/models.py (named here: workloads() builds six models)

@@ -218,7 +218,7 @@ def test_reference_state_semantics_match_a_coremltools_program():
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import types
 
-    from rlxjax.runtime.reference import ReferenceProgram
+    from rlxjax.coreml.interpreter import ReferenceProgram
 
     @mb.program(input_specs=[mb.StateTensorSpec((2, 3), dtype=types.fp16),
                              mb.TensorSpec((2, 3), dtype=types.fp16)],

@@ -19,7 +19,7 @@ import jax
 
 import rlxjax
 from _crosscheck import CHECKED
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 from test_reference_ops import OPS_WITHOUT_VALUE_INFERENCE
 import test_reference_shape_ops  # noqa: F401  (fills CHECKED with its cross-checked ops)
 import test_reference_constexpr  # noqa: F401  (fills CHECKED: weights decompressed at load)
