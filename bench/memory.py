@@ -6,7 +6,7 @@ XLA's ``memory_analysis()`` of the same JAX step.
 Part 1, the train-step workloads (tests/models.py, adam): temp bytes with the ops in the
 order the lowering emits them ("emitted": what every program had before the memory order of
 coreml/mil_order.py) and in memory order, the peak of live temporaries the reference
-interpreter measures while it runs the ordered program (runtime/reference/liveness.py) and
+interpreter measures while it runs the ordered program (coreml/interpreter/liveness.py) and
 how far the analysis is from it, and XLA's temp for ``jax.jit`` of the same JAX + optax step.
 
 Part 2, GPT-2 small (bench/scale_models.py, adamw, batch 1) at seq 128 and 512: temp and

@@ -1,6 +1,8 @@
-"""The compile pipeline, stage by stage. Every compile - ``coreml_jit``, ``coreml_grad``, a
-stateful function, a training step (training/pipeline.py) - is these functions called in
-this order, each on what the one before returned; none calls back into its caller::
+"""The compile pipeline, stage by stage: the functions every compile calls, in order.
+
+Every compile - ``coreml_jit``, ``coreml_grad``, a stateful function, a training step
+(training/pipeline.py) - is these functions called in this order, each on what the one
+before returned; none calls back into its caller::
 
     structs(...)        the arguments as ShapeDtypeStructs (flexible= axes as symbols)
     trace(...)          jaxpr -> RLX graph (frontend), then the recognisers (BEFORE_AD)

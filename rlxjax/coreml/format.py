@@ -4,7 +4,7 @@
 peepholes (CSE, linear bias fusion); the metadata is written after it, in one place
 (rlxjax/metadata.py ``describe``, from what the executable says of itself); the
 ``CoreMLExecutable`` it returns runs on Core ML (macOS) or the reference MIL interpreter
-(rlxjax/runtime), saves atomically (package.py), validates through coremltools' loader and
+(interpreter/, backends.py), saves atomically (package.py), validates through coremltools' loader and
 lists its MIL operations.
 """
 from __future__ import annotations

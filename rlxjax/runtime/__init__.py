@@ -1,5 +1,7 @@
-"""Deprecated: Core ML's backends and reference MIL interpreter moved under the Core ML
-format, ``rlxjax.coreml.backends`` and ``rlxjax.coreml.interpreter`` (issue 38).
+"""Deprecated alias of rlxjax.coreml.backends and rlxjax.coreml.interpreter (moved there).
+
+Core ML's backends and reference MIL interpreter live under the Core ML format,
+``rlxjax.coreml.backends`` and ``rlxjax.coreml.interpreter`` (issue 38).
 
 ``rlxjax.runtime`` (its names) and ``rlxjax.runtime.reference`` (with every submodule:
 ``rlxjax.runtime.reference.liveness``, ...) still import, as the very modules they moved

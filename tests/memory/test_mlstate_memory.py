@@ -1,5 +1,5 @@
 """``state="mlstate"``: what keeps the step's temporaries small (training/mlstate_graph.py),
-measured by the reference interpreter while the step runs (runtime/reference/liveness.py):
+measured by the reference interpreter while the step runs (coreml/interpreter/liveness.py):
 each phase (forward, backward, update) reads and decodes the states it needs again, so no
 decoded parameter lives from the forward pass to the backward pass, and a leaf larger than
 a chunk is updated piece by piece (the chunk slices sunk through its elementwise update),
