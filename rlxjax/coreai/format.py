@@ -2,7 +2,7 @@
 ``.aimodel``, run on Apple's Core AI runtime in a worker process (worker.py).
 
 A program's states (``state="mlstate"`` training steps) are Core AI states holding the fp32
-and int32 values as they are (training/mlstate.py's ``plain`` codec: no fp16 pieces as on
+and int32 values as they are (states/mlstate.py's ``plain`` codec: no fp16 pieces as on
 Core ML); ``save_functions`` writes several programs as the functions of one asset, which
 share states by name. Everything coreai-core offers is reached through ca_private.py.
 """

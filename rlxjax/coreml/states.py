@@ -12,7 +12,7 @@ read sees the value the previous call left, whatever order the runtime schedules
 arithmetic in between. The memory order (mil_order.py) keeps them there, except for a state
 whose write computes from its read: no runtime can run that write before the read, so the
 read moves to where its value is first needed and the write to where its value exists (a
-train step's chunk states, training/mlstate.py).
+train step's chunk states, states/mlstate.py).
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 * ``pipeline.py``   a step's compile, stage by stage: trace, train graph, states, format,
   layout, metadata (``compile_train``: a ``TrainProgram``)
 * ``program.py``    building the training graph (``build_train_graph``)
-* ``mlstate.py``    ``state="mlstate"``: exact fp32 storage in Core ML fp16 states (its host
-  codec in ``mlstate_np.py``)
+* ``state="mlstate"``: the state codecs (exact fp32 storage in Core ML fp16 states) are
+  format-neutral, in rlxjax/states/
 * ``state.py``      ``TrainState`` and the device state between steps
 * ``options.py``    ``coreml_train_step``: checks its options, picks the step class
 * ``step.py``       ``TrainStep``: the host runtime (init, step, fit)

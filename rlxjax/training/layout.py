@@ -23,8 +23,8 @@ import numpy as np
 
 from ..errors import RlxError
 from ..frontend import path_name
-from . import mlstate as _mlstate
-from .mlstate import CODECS, Layout, make_layout
+from ..states import mlstate as _mlstate
+from ..states.mlstate import CODECS, Layout, make_layout
 
 MODES = ("io", "mlstate")
 INPUT_ROLES = ("param", "opt_state", "batch", "random")  # random: computed by the host
@@ -54,7 +54,7 @@ def trained_leaves(params, opt_state):
 
 def state_layout(params, opt_state, codec: str = "f16x3") -> Layout:
     """``state="mlstate"``: where each parameter and optimizer-state leaf lives in the
-    program's states, stored as the format's ``codec`` says (mlstate.py ``CODECS``). Core
+    program's states, stored as the format's ``codec`` says (states/mlstate.py ``CODECS``). Core
     ML (fp16 pieces): a packed vector longer than a codec chunk (``CHUNK``) in one set of
     states per chunk, which the memory order reads and writes one at a time
     (coreml/mil_order.py); Core AI (``plain``, its own compiler schedules) keeps one state
@@ -85,7 +85,7 @@ class Feature:
 
 @dataclass(frozen=True)
 class StateFeature:
-    """``state="mlstate"``: one state of the program (a vector, see mlstate.py: fp16
+    """``state="mlstate"``: one state of the program (a vector, see states/mlstate.py: fp16
     pieces on Core ML, the fp32 / int32 values themselves on Core AI)."""
 
     name: str                 # the state's name in the program

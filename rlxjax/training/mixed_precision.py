@@ -25,7 +25,7 @@ keeps the dtype the graph gives it; only what is traced in fp16 runs in fp16):
 * **state.** The optimizer state the step carries is ``MixedState(optimizer=<optax state>,
   loss_scale=f32[], good_steps=i32[])``: the scale and its counter travel with the optimizer
   state (program inputs/outputs with ``state="io"``, Core ML states with ``"mlstate"``,
-  where fp32 is kept exactly, mlstate.py), all in fp32 / int32.
+  where fp32 is kept exactly, states/mlstate.py), all in fp32 / int32.
 
 Norms recognised in the fp16 forward lower with fp16-safe statistics (the ``x.dtype ==
 fp16`` path of coreml/rules/norm.py: statistics computed on ``(x − mean) / max|x − mean|``,

@@ -5,7 +5,7 @@ functions, ``train_step`` (the default) and ``predict`` = ``fn(params, *inputs)`
 
 * ``state="mlstate"``: ``predict`` declares exactly the states ``train_step`` declares
   (same names, shapes) and only reads them. It decodes the parameters from the states with
-  the train step's own codec (mlstate.py: each fp32 value stored exactly as three fp16
+  the train step's own codec (states/mlstate.py: each fp32 value stored exactly as three fp16
   pieces; the parameters are the first slots of the fp32 vector, so ``predict`` decodes
   that prefix only), so it computes with exactly the weights the latest step wrote - no
   re-export. Its inputs are ``fn``'s other arguments.
@@ -36,7 +36,7 @@ from ..frontend.interpreter import Lowering
 from ..ir import TensorType, dtype_from_numpy, verify
 from ..transforms.rewrite import dce, substitute
 from .frozen import bake_weights
-from .mlstate import Layout, role_states, unpack
+from ..states.mlstate import Layout, role_states, unpack
 
 TRAIN_FUNCTION, PREDICT_FUNCTION = "train_step", "predict"
 

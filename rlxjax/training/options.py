@@ -29,7 +29,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     ``step.save("train.mlpackage")``. ``state="io"`` passes params and optimizer state in
     and out of every call (default target iOS17); ``state="mlstate"`` keeps them in Core ML
     states updated in place (target iOS18, the default for it; exact fp32 storage, see
-    rlxjax/training/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
+    rlxjax/states/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
     (dropout) are computed on the host from the keys in the batch and fed as program
     inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
     ``random="device"``: the draws are Core ML random ops, fresh on every step.

@@ -2,13 +2,16 @@
 
 ::
 
-    StepDefinition ─► trace ─► prepare ─► train graph ─► states ─► format ─► layout ─► metadata
-     (TrainStep       stages    the kind    backward +    mlstate:   Format.     TrainLayout  metadata.
-      ._definition)   .trace    of step's   optax update  program.py compile     of the       describe:
-                                own:        (program.py)  _to_states (stages.    executable   every key,
-                                frozen                                 to_format)             once
-                                leaves baked (trainable=),
-                                the scaled loss split (precision="mixed")
+    StepDefinition     what the step hands in (TrainStep._definition)
+      ─► trace         stages.trace: the traced fn(*lead, params, opt_state, *batch)
+      ─► prepare       the kind of step's own: frozen leaves baked (trainable=), the
+                       scaled loss split off (precision="mixed")
+      ─► train graph   program.py build_train_graph: backward + optax update
+      ─► states        mlstate: parameters and optimizer state become states
+                       (program.py _to_states, rlxjax/states/)
+      ─► format        stages.to_format: the Program, the format's compile
+      ─► layout        TrainLayout of the executable (layout.py)
+      ─► metadata      metadata.describe: every key, rlxjax.train included, once
 
 ``lower_train`` runs the stages up to the RLX graph (``step.lower(...)``: a ``Lowered``);
 ``compile_train`` all of them (``TrainProgram``). A kind of step (trainable.py,
@@ -26,7 +29,7 @@ from .. import metadata, stages
 from ..api import Compiled, Lowered, _without_gc
 from ..frontend import Traced
 from .layout import TrainLayout, state_layout
-from .mlstate import state_bindings
+from ..states.mlstate import state_bindings
 from .program import TrainProgram, build_train_graph
 
 
@@ -39,7 +42,7 @@ class StepDefinition:
     optimizer: Any
     has_aux: bool
     mode: str                         # 'io' | 'mlstate' (training/layout.py MODES)
-    codec: str                        # how the format stores the states (mlstate.py)
+    codec: str                        # how the format stores the states (states/mlstate.py)
     fmt: Any                          # the Format (rlxjax/formats/)
     target: Any
     precision: str                    # 'fp32' | 'mixed'

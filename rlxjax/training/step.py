@@ -25,7 +25,7 @@ from .checkpoint import write_state_files
 from .export import numpy_tree
 from .layout import MODES, leaf_struct
 from .microbatch import micro_step_fn
-from .mlstate import host_pack
+from ..states.mlstate import host_pack
 from .pipeline import StepDefinition, compile_train, lower_train
 from .program import TrainProgram
 from .interrupt import held_interrupt
@@ -101,7 +101,8 @@ class TrainStep:
 
     @property
     def state_codec(self) -> str:
-        """How this step's format stores fp32 / int32 leaves in its states (mlstate.py)."""
+        """How this step's format stores fp32 / int32 leaves in its states
+        (rlxjax/states/mlstate.py)."""
         return formats.REGISTRY[self.format_name].state_codec
 
     # -- programs ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import rlxjax
-from rlxjax.training import mlstate as M
+from rlxjax.states import mlstate as M
 from helpers import bits as _bits, jax_loop, mlp_workload
 
 STEPS = 60
