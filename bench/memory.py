@@ -6,7 +6,7 @@ XLA's ``memory_analysis()`` of the same JAX step.
 Part 1, the train-step workloads (tests/models.py, adam): temp bytes with the ops in the
 order the lowering emits them ("emitted": what every program had before the memory order of
 coreml/mil_order.py) and in memory order, the peak of live temporaries the reference
-interpreter measures while it runs the ordered program (runtime/reference/liveness.py) and
+interpreter measures while it runs the ordered program (coreml/interpreter/liveness.py) and
 how far the analysis is from it, and XLA's temp for ``jax.jit`` of the same JAX + optax step.
 
 Part 2, GPT-2 small (bench/scale_models.py, adamw, batch 1) at seq 128 and 512: temp and
@@ -19,7 +19,7 @@ temporaries in output buffers not yet written (a gradient in the buffer of its n
 parameter), so its temp is small; rlxjax's temp counts every live value that is not an
 output, and ``temp_outside_outputs_in_bytes`` ("temp XLA-like") counts them as XLA does
 (rlxjax/memory.py). Then ``state="mlstate"`` (parameters and optimizer state in Core ML
-states) with the state codec on chunks (training/mlstate.py ``CHUNK``) and on the whole
+states) with the state codec on chunks (states/mlstate.py ``CHUNK``) and on the whole
 packed vector (``CHUNK`` past the vector's length: what every program did before chunks),
 next to XLA's step with the parameters and optimizer state donated (updated in place).
 
@@ -43,8 +43,8 @@ sys.path.insert(0, HERE)
 
 import rlxjax  # noqa: E402
 import rlxjax.coreml.format as coreml_format  # noqa: E402
-from rlxjax.training import mlstate  # noqa: E402
-from rlxjax.runtime.reference.liveness import LiveBytesProgram  # noqa: E402
+from rlxjax.states import mlstate  # noqa: E402
+from rlxjax.coreml.interpreter.liveness import LiveBytesProgram  # noqa: E402
 
 MIB = 2 ** 20
 

@@ -6,7 +6,7 @@ with clipping and a schedule. Every 100 steps it prints the max relative paramet
 
 * ``mlstate``: rlxjax's mlstate program on the reference backend's accelerated path
   (``backend="reference-fast"``, bit-identical to the oracle; state stored exactly in
-  three fp16 states per fp32 value, rlxjax/training/mlstate.py),
+  three fp16 states per fp32 value, rlxjax/states/mlstate.py),
 * ``io``: rlxjax's io-mode program (fp32 inputs/outputs) - the floor set by computing the
   same maths in a different fp32 order,
 * ``hi/lo fp16``: the same JAX loop with params and optimizer state rounded through a

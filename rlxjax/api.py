@@ -9,17 +9,13 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-from . import calling, flexible, formats, stateful
+from . import calling, formats, metadata, stages, stateful
 from .errors import ArgumentError, ZeroSizeError
-from .frontend import Traced, arg_names, trace
+from .frontend import Traced, arg_names
 from .frontend.zerosize import interleave
 from .ir import Graph
-from .program import Program
 from .pytree_json import record_tree
-from .formats.backends import resolve_backend
 from .signature import IOSpec
-from .transforms import pipeline
-from .frontend.random.inputs import check_mode as check_random_mode
 
 
 def _without_gc(fn):
@@ -234,9 +230,13 @@ class Lowered:
     """A traced function as an RLX graph, not yet lowered to Core ML."""
 
     def __init__(self, traced: Traced, target, precision: str, backend: str,
-                 states=None, enumerated=None, fmt=None, state_layout=None):
+                 states=None, enumerated=None, fmt=None, state_layout=None,
+                 extra_metadata=None):
         self._traced = traced
         self.state_layout = state_layout
+        #: keys the compile adds to the program's metadata (``metadata.describe``): a
+        #: training package's predict function (``rlxjax.predict``), ...
+        self.extra_metadata = dict(extra_metadata or {})
         self.format = formats.get() if fmt is None else fmt
         self.target = self.format.target(target)
         self.precision = precision
@@ -256,15 +256,14 @@ class Lowered:
         """``keep_weight_layout``: constants are read in the layout they have (no
         transposed copy of a ``[K, N]`` kernel for MIL ``linear``), so a weight shared with
         another function of a multifunction package is stored once."""
-        pipeline.run_passes(self.graph, pipeline.BEFORE_LOWERING,  # "mixed": the graph's types
-                            precision="fp32" if self.precision == "mixed" else self.precision)
-        if not self.format.lowers_remat_barrier:
-            pipeline.run_passes(self.graph, ("drop_remat_barriers",))
-        program = Program(self._traced, self.target, self.precision, states=self.states,
-                          enumerated=self.enumerated)
-        executable = self.format.compile(program, keep_weight_layout=keep_weight_layout)
-        if self.state_layout is not None:
-            stateful.write_metadata(executable, self.state_layout)
+        program, executable = stages.to_format(
+            self._traced, self.format, self.target, self.precision, states=self.states,
+            enumerated=self.enumerated, keep_weight_layout=keep_weight_layout)
+        extra = dict(self.extra_metadata)
+        if self.state_layout is not None:  # coreml_jit(fn, state=...): where its leaves live
+            extra[metadata.STATEFUL] = self.state_layout.metadata(
+                executable.state_graph_names)
+        metadata.describe(executable, program, extra)  # the one place (metadata.py)
         return Compiled(self._traced, executable, self.backend, self.format,
                         self.state_layout, self.target)
 
@@ -282,17 +281,9 @@ class CoreMLFunction:
         self.flexible = flexible  # {argument name or position: {axis: (lower, upper)}}
         self.static_argnums = tuple(sorted({int(i) for i in (
             static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))}))
-        if precision not in ("fp32", "fp16"):
-            raise ArgumentError(f"precision must be 'fp32' or 'fp16', got {precision!r}")
-        self.target = formats.resolve_target(target, format)  # once: a Target from here on
+        self.target, self.backend = stages.resolve_options(target, precision, backend, random,
+                                                           format)
         self.precision = precision
-        self.backend = resolve_backend(backend, format)
-        check_random_mode(random)
-        if random == "device" and not formats.REGISTRY[format].random_ops:
-            raise ArgumentError(f"random='device' draws with the format's own random ops, and "
-                                f"format={format!r} has none (Core AI has no random ops): use "
-                                "random='inputs' (the draws are made by JAX on the host and fed "
-                                "to the program, exactly JAX's numbers)")
         self.random = random
         if state is not None:
             stateful.check_precision(state_precision)
@@ -332,24 +323,13 @@ class CoreMLFunction:
             return self.fun(*full)
 
         positional.__name__ = self.__name__
-        specs = jax.tree_util.tree_map(
-            lambda x: jax.ShapeDtypeStruct(*_struct(x)) if not isinstance(x, jax.ShapeDtypeStruct)
-            else x, list(dyn))
-        enumerated = {}
-        if self.flexible:  # named axes -> symbolic dims (rlxjax/flexible.py)
-            specs, enumerated = self._flexible_structs(specs, len(args))
-        traced = trace(positional, specs, self._names(len(args)), random=self.random)
-        pipeline.run_passes(traced.graph, pipeline.BEFORE_AD,  # transforms/pipeline.py
-                            attention_bool_masks=self.format.attention_bool_masks)
-        traced = self._transform(traced, args)
-        pipeline.run_passes(traced.graph, pipeline.AFTER_AD)
+        names = self._names(len(args))  # flexible= axes -> symbolic dims (rlxjax/flexible.py)
+        specs, enumerated = stages.structs(dyn, names, self.flexible, self.fun, len(args))
+        traced = stages.trace(positional, specs, names, random=self.random, fmt=self.format)
+        traced = stages.finish(self._transform(traced, args))  # stages.py
         return Lowered(traced, self.target, self.precision, self.backend,
                        states=self._states(args), enumerated=enumerated, fmt=self.format,
                        state_layout=self._state_layout(args))
-
-    def _flexible_structs(self, dyn, n_args):
-        names = flexible.by_name(self.flexible, arg_names(self.fun, n_args))
-        return flexible.symbolic_structs(dyn, self._names(n_args), names)
 
     def _transform(self, traced: Traced, args) -> Traced:
         """Hook for wrappers that rewrite the traced graph (coreml_grad). Here: the state
@@ -390,14 +370,8 @@ class CoreMLFunction:
 
     def _key(self, args):
         static, dyn = self._split(args)
-        leaves, treedef = jax.tree_util.tree_flatten(dyn)
-        if self.flexible:  # one program for every size of the flexible axes
-            sig = flexible.cache_key(self._flexible_structs(jax.tree_util.tree_map(
-                lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
-                jax.ShapeDtypeStruct(*_struct(x)), list(dyn)), len(args))[0])
-        else:
-            sig = tuple((tuple(x.shape), x.dtype) if isinstance(x, jax.ShapeDtypeStruct)
-                        else calling.leaf_sig(x) for x in leaves)
+        treedef, sig = stages.signature(dyn, self._names(len(args)), self.flexible, self.fun,
+                                        len(args))
         try:
             hash(tuple(static.items()))
         except TypeError:
@@ -432,13 +406,6 @@ class CoreMLFunction:
         _, dyn = self._split(full)
         dpos = pos - sum(i < pos for i in self.static_argnums)
         return compiled(*(dyn[:dpos] + dyn[dpos + 1:]), state=state)
-
-
-def _struct(x):
-    """(shape, dtype) to trace a leaf with: JAX's dtype (a PRNG key, uint32, ...); the
-    frontend refuses those that are program inputs but no Core ML type, naming them."""
-    shape, dtype = calling.leaf_sig(x)
-    return tuple(shape), dtype
 
 
 def coreml_jit(fun: Callable | None = None, *, static_argnums=(), target: str | None = None,

@@ -44,7 +44,7 @@ def _demo_flags(args) -> str | None:
     """What is wrong with the demo's flags (before anything is trained), or None."""
     from .coreml.targets import get_target
     from .errors import RlxError
-    from .runtime import resolve_backend
+    from .formats.backends import resolve_backend
 
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         return f"--out {args.out}: it is a file; the demo writes a folder (name a new one)"

@@ -211,7 +211,7 @@ def run(out_dir: str = "out", steps: int = DEFAULT_STEPS, target: str = "iOS17",
     rlxjax's final loss differs from JAX's by more than ``LOSS_RTOL`` (relative)."""
     import optax
 
-    from .runtime import resolve_backend
+    from .formats.backends import resolve_backend
     from .training import coreml_train_step, export_inference
 
     t_start = time.perf_counter()

@@ -30,10 +30,10 @@ from . import metadata
 from .errors import ArgumentError, RlxError
 from .pytree_json import from_names, rebuild
 from .training.layout import trained_leaves
-from .training.mlstate import CHUNK, CODECS, host_pack, host_unpack, make_layout
+from .states.mlstate import CHUNK, CODECS, host_pack, host_unpack, make_layout
 from .training.state import TrainState
 
-#: a package's rlxjax.train "encoding" -> the codec that wrote its states (mlstate.py)
+#: a package's rlxjax.train "encoding" -> the codec that wrote its states (states/mlstate.py)
 _CODEC_BY_NAME = {c.name: key for key, c in CODECS.items()}
 
 

@@ -8,7 +8,7 @@ walks that order once and returns JAX's ``CompiledMemoryStats`` fields plus weig
 states.
 
 The model (the reference interpreter measures the same thing while it runs,
-rlxjax/runtime/reference/liveness.py, and the tests require both to agree):
+rlxjax/coreml/interpreter/liveness.py, and the tests require both to agree):
 
 * arguments, states and constants are held for the whole call (the caller owns them);
 * a value an operation writes is allocated when the operation runs (its inputs are still

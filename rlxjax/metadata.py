@@ -79,18 +79,43 @@ def io_row(spec: IOSpec) -> dict:
     return row
 
 
-def write_program(meta: MutableMapping[str, str], in_specs, out_specs) -> None:
-    """The keys every program has: the writer's version and its inputs and outputs."""
+def write_program(meta: MutableMapping[str, str], in_specs, out_specs,
+                  state_rows=()) -> None:
+    """The keys every program has: the writer's version and its inputs and outputs (and
+    ``state_rows``, its states, when its format lists them there)."""
     meta[VERSION] = __version__
-    write(meta, IO, {"inputs": [io_row(s) for s in in_specs],
-                     "outputs": [io_row(s) for s in out_specs]})
+    io = {"inputs": [io_row(s) for s in in_specs], "outputs": [io_row(s) for s in out_specs]}
+    if state_rows:
+        io["states"] = list(state_rows)
+    write(meta, IO, io)
+
+
+def describe(executable, program, extra: Optional[Dict[str, object]] = None) -> None:
+    """Every per-program key, written once, after the format compiled ``program``
+    (rlxjax/program.py) into ``executable`` (formats/base.py): the version, inputs, outputs
+    and states, the host parts (randomness, zero-size leaves, NaN signs), the format's own
+    keys, then ``extra`` (what the compile path adds: ``STATEFUL``, ``TRAIN``,
+    ``PREDICT``). The one writer of a compiled program's metadata (rlxjax/stages.py calls
+    it); ``TREE`` is written when the package is saved, ``FUNCTIONS`` when several are
+    merged."""
+    meta = executable.metadata
+    ins, outs = executable.input_specs, executable.output_specs
+    rows = executable.state_rows()
+    write_program(meta, ins, outs, rows if executable.states_in_io else ())
+    write_host_parts(meta, program.traced, ins, outs)
+    if rows and not executable.states_in_io:
+        write(meta, STATES, rows)
+    for key, obj in {**executable.own_metadata(), **(extra or {})}.items():
+        write(meta, key, obj)
 
 
 def merge_functions(parts, default: str) -> Dict[str, str]:
     """One package's metadata for the functions ``parts`` ((name, metadata map) each): the
-    first part's package keys, and each function's own keys under ``FUNCTIONS``."""
+    first part's package keys, and each function's own keys under ``FUNCTIONS``, sorted (a
+    protobuf map iterates in an order that changes from process to process: the package
+    would not be the same bytes twice)."""
     meta = {k: v for k, v in parts[0][1].items() if not per_function(k)}
-    rows = [{"name": name, "metadata": {k: _json_or_text(v) for k, v in m.items()
+    rows = [{"name": name, "metadata": {k: _json_or_text(v) for k, v in sorted(m.items())
                                         if per_function(k)}} for name, m in parts]
     meta[FUNCTIONS] = json.dumps({"default": default, "functions": rows})
     return meta

@@ -18,7 +18,7 @@ from .ir import Graph
 #: a graph input of the program's ``states``, is one more read of that state: the same
 #: value (a format reads it again where it is needed; every read comes before the write),
 #: so that a value read early need not stay live until a late reader (training/
-#: mlstate_graph.py: a train step reads its parameters again for the backward pass and the
+#: states/mlstate_graph.py: a train step reads its parameters again for the backward pass and the
 #: update). It is neither a function input nor a state of its own.
 REREAD = "@"
 

@@ -6,7 +6,7 @@ program's *states*: the device keeps them between calls and each call updates th
 place, so the program takes the other arguments only and returns ``out`` only.
 
 How the leaves are stored is the format's state codec (its registry entry's
-``state_codec``, training/mlstate.py ``CODECS``), as for training states: Core ML states are
+``state_codec``, states/mlstate.py ``CODECS``), as for training states: Core ML states are
 fp16, so the fp32 leaves go through the exact codec (three fp16 states holding small
 integers; a float32 cache round-trips bit for bit) unless ``state_precision="fp16"`` opts in
 to one rounded fp16 state (codec ``"f16"``: a third of the exact codec's memory; its error is
@@ -24,26 +24,18 @@ records the layout for an app and for ``rlxjax.load``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Dict, Optional
 
 import jax
 import numpy as np
 
 from . import metadata
 from .errors import ArgumentError, RlxError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .training.mlstate import Layout
+from .states import mlstate as _mls
+from .states.mlstate import Layout
+from .states.mlstate_graph import rewrite_to_states
 
 PRECISIONS = ("exact", "fp16")
-
-
-def _codec():
-    """training/mlstate.py (imported on use: importing the training package imports
-    rlxjax.api, which imports this module)."""
-    from .training import mlstate
-
-    return mlstate
 
 
 def state_position(fun, state, n_args: int, names) -> int:
@@ -67,7 +59,7 @@ def check_precision(precision: str) -> None:
 
 
 def codec_name(format_name: str, precision: str) -> str:
-    """The codec (training/mlstate.py ``CODECS``) format ``format_name`` stores a state with
+    """The codec (states/mlstate.py ``CODECS``) format ``format_name`` stores a state with
     at ``precision``: its own (exact), or "f16" for fp16 pieces rounded on request."""
     from . import formats
 
@@ -83,7 +75,7 @@ class StateLayout:
     argument: str        # the state argument's name ('cache')
     position: int        # its position among the function's arguments (static ones too)
     tree: Any            # its tree structure
-    tensors: Layout      # training/mlstate.py: packed vectors and each leaf's slot
+    tensors: Layout      # states/mlstate.py: packed vectors and each leaf's slot
 
     @classmethod
     def of(cls, argument: str, position: int, value, codec: str) -> "StateLayout":
@@ -92,7 +84,7 @@ class StateLayout:
 
         names = [path_name(argument, p) for p, _ in paths]
         structs = [_struct(x, n) for (_, x), n in zip(paths, names)]
-        mls = _codec()
+        mls = _mls
         # a codec storing the values as they are (Core AI's plain) keeps one state per leaf:
         # a decode step writes its KV cache leaves, not a packed vector concatenated anew
         tensors = mls.make_layout(names, ["state"] * len(names), structs, mls.CODECS[codec],
@@ -110,7 +102,7 @@ class StateLayout:
 
     def bindings(self) -> Dict[str, str]:
         """``Program.states``: each piece's graph input -> the graph output written back."""
-        return _codec().state_bindings(self.tensors)
+        return _mls.state_bindings(self.tensors)
 
     def pack(self, value) -> Dict[str, np.ndarray]:
         """Host: the state argument's value -> graph name -> the piece stored."""
@@ -122,11 +114,11 @@ class StateLayout:
             if tuple(shape) != s.shape or np.dtype(dtype).name != s.dtype:
                 raise ArgumentError(f"state leaf '{s.name}' is {s.dtype}{list(s.shape)}; got "
                                     f"{np.dtype(dtype).name}{list(shape)}")
-        return _codec().host_pack(self.tensors, leaves)
+        return _mls.host_pack(self.tensors, leaves)
 
     def unpack(self, pieces: Dict[str, np.ndarray]):
         """Host: graph name -> piece -> the state argument's value (numpy leaves)."""
-        return jax.tree_util.tree_unflatten(self.tree, _codec().host_unpack(self.tensors, pieces))
+        return jax.tree_util.tree_unflatten(self.tree, _mls.host_unpack(self.tensors, pieces))
 
     def metadata(self, mil_names: Dict[str, str]) -> dict:
         """``rlxjax.stateful``: what an app needs to fill, keep and read the states."""
@@ -154,7 +146,7 @@ def _struct(x, name):
 def layout_from_metadata(row: dict) -> StateLayout:
     """The layout an ``rlxjax.stateful`` row describes (for rlxjax.load: its tree is the
     flat dict of leaf names)."""
-    mls = _codec()
+    mls = _mls
     codec = {c.name: c for c in mls.CODECS.values()}.get(row.get("encoding"))
     if codec is None:
         from .errors import PackageError
@@ -215,8 +207,6 @@ def to_states(traced, layout: StateLayout, dyn_index: int, other_states=()):
                                 f"{s.dtype}{list(s.shape)}")
     keep = len(g.outputs) - n
     g.outputs = [(_out_name(name), v) for name, v in g.outputs[:keep]] + g.outputs[keep:]
-    from .training.mlstate_graph import rewrite_to_states
-
     rewrite_to_states(g, layout.tensors, in_vals, out_vals, keep)
     dce(g)
     verify(g)
@@ -234,12 +224,6 @@ def to_states(traced, layout: StateLayout, dyn_index: int, other_states=()):
 def _out_name(name: str) -> str:
     """'out.0.logits' (the first of (out, new_state)) -> 'out.logits'."""
     return "out" + name[len("out.0"):] if name == "out.0" or name.startswith("out.0.") else name
-
-
-def write_metadata(executable, layout: StateLayout) -> None:
-    """``rlxjax.stateful`` of a compiled stateful function."""
-    metadata.write(executable.metadata, metadata.STATEFUL,
-                   layout.metadata(executable.state_graph_names))
 
 
 # -- the host side ---------------------------------------------------------------------------

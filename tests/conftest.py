@@ -32,7 +32,7 @@ def pytest_configure(config):
         settings.load_profile("program-hashes")
         _HASHES = program_hashes.install()
     from helpers import TEST_BACKEND, TEST_BACKENDS
-    from rlxjax.runtime import is_macos
+    from rlxjax.coreml.backends import is_macos
 
     if TEST_BACKEND not in TEST_BACKENDS:
         raise pytest.UsageError(f"RLXJAX_TEST_BACKEND={TEST_BACKEND!r}: use one of "
@@ -67,7 +67,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_collection_modifyitems(config, items):
-    from rlxjax.runtime import is_macos
+    from rlxjax.coreml.backends import is_macos
 
     skip = pytest.mark.skip(reason="needs Core ML's runtime (macOS only)")
     for item in items:
@@ -86,7 +86,7 @@ def _programs_run_on_test_backend(request, monkeypatch):
     (tests constructing ``ReferenceProgram`` themselves keep it). With the default
     (reference) nothing changes."""
     from helpers import TEST_BACKEND
-    from rlxjax.runtime import backends
+    from rlxjax.coreml import backends
 
     if TEST_BACKEND == "reference-fast":
         oracle = backends.reference_program

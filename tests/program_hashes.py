@@ -75,7 +75,7 @@ class Recorder:
 def install():
     """Wrap the three places a program is used (called once, from conftest)."""
     from rlxjax.coreml import ct_private
-    from rlxjax.runtime.reference.interpreter import ReferenceProgram
+    from rlxjax.coreml.interpreter.interpreter import ReferenceProgram
 
     rec = Recorder(FOLDER)
     init = ReferenceProgram.__init__

@@ -2,7 +2,7 @@
 ``.aimodel``, run on Apple's Core AI runtime in a worker process (worker.py).
 
 A program's states (``state="mlstate"`` training steps) are Core AI states holding the fp32
-and int32 values as they are (training/mlstate.py's ``plain`` codec: no fp16 pieces as on
+and int32 values as they are (states/mlstate.py's ``plain`` codec: no fp16 pieces as on
 Core ML); ``save_functions`` writes several programs as the functions of one asset, which
 share states by name. Everything coreai-core offers is reached through ca_private.py.
 """
@@ -31,13 +31,13 @@ def state_rows(specs) -> list:
 
 
 class CoreAIExecutable(Executable):
-    def __init__(self, lowered, meta: Dict[str, str], variants=(), specs=None):
+    def __init__(self, lowered, variants=(), specs=None):
         self.lowered = lowered      # lower.Lowered: built as function 'main' here
         # a flexible program (flexible.py): ((sizes, Lowered), ...), one static function each
         self.variants = tuple(variants)
         self.input_specs, self.output_specs = specs or (lowered.inputs, lowered.outputs)
         self.state_specs = lowered.states
-        self._meta = meta
+        self._meta: Dict[str, str] = {}  # written by metadata.describe after compile
         from . import ca_private
 
         # built now, so that an op the lowering refuses is an error of compile()
@@ -78,6 +78,19 @@ class CoreAIExecutable(Executable):
     @property
     def state_graph_names(self) -> Dict[str, str]:
         return {s.name: s.mil_name for s in self.state_specs}
+
+    states_in_io = False  # under rlxjax.states: the loader reads them without the runtime
+
+    def state_rows(self) -> list:
+        return state_rows(self.state_specs)
+
+    def own_metadata(self) -> Dict[str, object]:
+        """A flexible program's functions per shape (flexible.py ``SHAPES``)."""
+        if not self.variants:
+            return {}
+        from .flexible import SHAPES, shape_rows
+
+        return {SHAPES: shape_rows("main", [s for s, _ in self.variants])}
 
     def _write(self, path: str) -> None:
         from . import ca_private
@@ -157,15 +170,7 @@ class CoreAIFormat(Format):
             lowered = variants[0][1]
             ins, outs = flexible.flexible_specs(program.graph, program.states, lowered,
                                                 program.enumerated)
-        meta: Dict[str, str] = {}
-        metadata.write_program(meta, ins, outs)
-        metadata.write_host_parts(meta, program.traced, ins, outs)
-        if lowered.states:
-            metadata.write(meta, metadata.STATES, state_rows(lowered.states))
-        if variants:
-            metadata.write(meta, flexible.SHAPES, flexible.shape_rows(
-                "main", [s for s, _ in variants]))
-        return CoreAIExecutable(lowered, meta, variants, (ins, outs))
+        return CoreAIExecutable(lowered, variants, (ins, outs))
 
     def save_functions(self, functions, default: str, path) -> str:
         """One asset with a ``coreai.graph`` per function; states of the same name are one

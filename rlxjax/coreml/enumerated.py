@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from .. import metadata
 from ..errors import ArgumentError
 
 MAX_ENUMERATED = 128  # Core ML's limit on enumerated shapes per input
@@ -51,13 +50,6 @@ def describe_enumerated(model, specs, enumerated, target) -> list:
         out.append(dataclasses.replace(spec, bounds=tuple(
             (b[0], b[1], tuple(enumerated[d])) if isinstance(d, str) else b
             for d, b in zip(spec.shape, spec.bounds))))
-    meta = model.description.metadata.userDefined
-    io = metadata.read(meta, metadata.IO)
-    by_name = {sp.mil_name: sp for sp in out}
-    for row in io["inputs"]:
-        if row.get("bounds"):
-            row["bounds"] = by_name[row["mil_name"]].bounds
-    metadata.write(meta, metadata.IO, io)
     if n_enum > 1 and not target.at_least("iOS18"):
         raise ArgumentError(
             f"{n_enum} inputs have enumerated shapes: before iOS18 Core ML takes enumerated "

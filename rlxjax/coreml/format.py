@@ -1,9 +1,10 @@
 """The Core ML format (rlxjax/formats/): a ``Program`` as an ML Program in an ``.mlpackage``.
 
-``CoreMLFormat.compile`` lowers the RLX graph to MIL (lower.py), writes the metadata
-(rlxjax/metadata.py) and runs the exact MIL peepholes (CSE, linear bias fusion); the
+``CoreMLFormat.compile`` lowers the RLX graph to MIL (lower.py) and runs the exact MIL
+peepholes (CSE, linear bias fusion); the metadata is written after it, in one place
+(rlxjax/metadata.py ``describe``, from what the executable says of itself); the
 ``CoreMLExecutable`` it returns runs on Core ML (macOS) or the reference MIL interpreter
-(rlxjax/runtime), saves atomically (package.py), validates through coremltools' loader and
+(interpreter/, backends.py), saves atomically (package.py), validates through coremltools' loader and
 lists its MIL operations.
 """
 from __future__ import annotations
@@ -12,7 +13,6 @@ import tempfile
 from typing import Dict, Tuple
 
 from . import coremltools_quiet  # noqa: F401  (first: coremltools without its notices)
-from .. import metadata
 from ..formats.base import Executable, Format
 from .lower import lower_graph
 from .mil_cse import mil_cse
@@ -46,8 +46,13 @@ class CoreMLExecutable(Executable):
     def state_graph_names(self) -> Dict[str, str]:
         return {f.shortDescription: f.name for f in self.spec.description.state}
 
+    def state_rows(self) -> list:
+        from .states import state_rows
+
+        return state_rows(self.spec)
+
     def runner(self, backend: str):
-        from ..runtime import make_backend
+        from .backends import make_backend
 
         return make_backend(backend, self.spec, self.weights_dir)
 
@@ -93,24 +98,14 @@ class CoreMLFormat(Format):
 
     def compile(self, program, *, keep_weight_layout: bool = False) -> CoreMLExecutable:
         tmp = tempfile.TemporaryDirectory(prefix="rlxjax-weights-")
-        traced = program.traced
         precision = "fp32" if program.precision == "mixed" else program.precision  # its types
         model, ins, outs = lower_graph(program.graph, program.target, precision,
                                        tmp.name, states=program.states,
                                        keep_weight_layout=keep_weight_layout)
-        meta = model.description.metadata.userDefined
-        if traced.host is not None:  # random="inputs" / "device": what the host feeds
-            metadata.write(meta, metadata.RANDOM, metadata.random_rows(traced.host, ins))
         if program.enumerated:  # flexible= with listed sizes
             from .enumerated import describe_enumerated
 
             ins = describe_enumerated(model, ins, program.enumerated, program.target)
-        empty = metadata.empty_rows(traced, ins, outs)
-        if empty is not None:  # zero-size leaves: no Core ML features, rlxjax.load takes them
-            metadata.write(meta, metadata.EMPTY, empty)
-        nan = metadata.nan_sign_rows(traced, ins)
-        if nan is not None:  # so that rlxjax.load checks them too
-            metadata.write(meta, metadata.NAN_SIGN, nan)
         mil_cse(model)  # exact: merges ops the rules emitted twice (e.g. norm statistics)
         fuse_linear_bias(model)  # exact: a constant bias add into the linear before it
         fuse_scaled_tanh(model)  # exact: mul(tanh(x), c) as scaled_tanh(x, c, 1)

@@ -19,7 +19,7 @@ import numpy as np
 from .. import package_check
 from ..errors import ArgumentError, PackageError, RlxError
 from ..loaded import LoadedFunction
-from ..runtime import REFERENCE_BACKENDS, resolve_backend
+from .backends import REFERENCE_BACKENDS, resolve_backend
 from .multifunction import function_names, function_view
 from .package import MLPACKAGE_SUFFIX
 
@@ -118,7 +118,7 @@ def _blob_file_names(message):
 def _check_weight_references(pkg: str, model, weights_dir: Optional[str]) -> None:
     """Every weight file the program names lies inside the package's weights folder
     (whichever backend runs it: Core ML resolves ``@model_path`` itself)."""
-    from ..runtime.reference.values import ValueDecodeError, weight_file_path
+    from .interpreter.values import ValueDecodeError, weight_file_path
 
     for name in set(_blob_file_names(model)):
         if weights_dir is None:
@@ -150,7 +150,7 @@ def _parse_model(model_file: str):
 def program_rows(model, function: str, path: str):
     """(inputs, outputs) of ``function`` as its MIL program declares them (package_check.py
     rows: name, shape with None for an open dim, numpy dtype name); states left out."""
-    from ..runtime.reference.values import ValueDecodeError, tensor_signature
+    from .interpreter.values import ValueDecodeError, tensor_signature
     from .mil import function_block
 
     def row(name, value_type):
@@ -216,7 +216,7 @@ class LoadedModel(LoadedFunction):
             package_check.check_specs(where, "outputs", self.output_specs, outs)
         self.backend = resolve_backend(backend)
         if self.backend in REFERENCE_BACKENDS:
-            from ..runtime.backends import reference_program
+            from .backends import reference_program
 
             try:
                 self._program = reference_program(

@@ -13,7 +13,6 @@ from typing import List, Optional
 import numpy as np
 from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 
-from .. import metadata
 from ..errors import JAX_NAMES, DynamicShapeError, RlxError, UnsupportedPrimitiveError, op_label
 from ..ir import DType, Dyn, Graph, Node, TensorType, verify
 from ..signature import IOSpec, feature_name, unique_names as _unique
@@ -282,7 +281,6 @@ def _model_proto(target, fn_inputs, b, block_outputs, in_specs, out_specs) -> Mo
     model = Model_pb2.Model(specificationVersion=target.spec_version)
     model.description.input.extend(_feature(s) for s in in_specs)
     model.description.output.extend(_feature(s) for s in out_specs)
-    metadata.write_program(model.description.metadata.userDefined, in_specs, out_specs)
     model.mlProgram.version = 1
     fn = model.mlProgram.functions["main"]  # built in place: a program is not copied
     fn.inputs.extend(fn_inputs)

@@ -6,7 +6,7 @@ hang together, which MIL op types are impure, and what an op's bool flag argumen
 Every reader of a protobuf program goes through here: ``Compiled.mil_ops`` and
 ``op_histogram`` (api.py), ``rlxjax inspect`` (inspect_package.py), the cost model
 (coreml/cost.py), MIL-level CSE (coreml/mil_cse.py), and the reference interpreter for its
-function's top block (runtime/reference/interpreter.py decodes the blocks itself).
+function's top block (coreml/interpreter/interpreter.py decodes the blocks itself).
 
 ``walk(root)`` visits ops in program order, an op before the ops of its nested blocks
 (pre-order), and tells for each op the block holding it, its index there, its block depth

@@ -92,7 +92,7 @@ def _pinned_states(ops, uses, producer) -> set:
     """The states whose reads stay at the top and writes at the end (coreml/states.py): all
     but those whose every write computes from what the state's read gave (a data
     dependency no runtime can reorder), which move like any op - a train step's chunk
-    states (training/mlstate.py) are read when first needed and written once encoded."""
+    states (states/mlstate.py) are read when first needed and written once encoded."""
     reads: Dict[str, int] = {}
     free, pinned = set(), set()
     for j, op in enumerate(ops):

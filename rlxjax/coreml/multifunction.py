@@ -59,12 +59,14 @@ _BLOB_KIND = {
 
 def _blob_values(block: MIL_pb2.Block):
     """Every ``Value`` stored in a weight file in ``block`` (nested blocks included):
-    const ``val`` attributes and constant input bindings."""
+    const ``val`` attributes and constant input bindings, each op's by name (a protobuf map
+    iterates in an order that changes from process to process: the merged weight file
+    would too)."""
     for op in operations(block):
-        for v in op.attributes.values():
+        for _, v in sorted(op.attributes.items()):
             if v.WhichOneof("value") == "blobFileValue":
                 yield v
-        for arg in op.inputs.values():
+        for _, arg in sorted(op.inputs.items()):
             for b in arg.arguments:
                 if b.WhichOneof("binding") == "value" and \
                         b.value.WhichOneof("value") == "blobFileValue":

@@ -12,7 +12,7 @@ read sees the value the previous call left, whatever order the runtime schedules
 arithmetic in between. The memory order (mil_order.py) keeps them there, except for a state
 whose write computes from its read: no runtime can run that write before the read, so the
 read moves to where its value is first needed and the write to where its value exists (a
-train step's chunk states, training/mlstate.py).
+train step's chunk states, states/mlstate.py).
 """
 from __future__ import annotations
 
@@ -73,14 +73,13 @@ def state_feature(spec: StateSpec) -> Model_pb2.FeatureDescription:
 
 
 def describe_states(model, specs) -> None:
-    """List ``specs`` in the model description (``description.state``) and in the
-    'rlxjax.io' metadata."""
-    from dataclasses import asdict
-
-    from .. import metadata
-
+    """List ``specs`` in the model description (``description.state``)."""
     model.description.state.extend(state_feature(s) for s in specs)
-    meta = model.description.metadata.userDefined
-    io = metadata.read(meta, metadata.IO, {})
-    io["states"] = [asdict(s) for s in specs]
-    metadata.write(meta, metadata.IO, io)
+
+
+def state_rows(model) -> list:
+    """The metadata's row of each state the model description lists (``StateSpec``'s
+    fields: graph input name, state name, shape, dtype)."""
+    return [{"name": f.shortDescription, "mil_name": f.name,
+             "shape": list(f.type.stateType.arrayType.shape), "dtype": "float16"}
+            for f in model.description.state]

@@ -28,7 +28,7 @@ class Entry:
     suffix: str   # a package's path suffix
     backends: tuple  # what runs its programs; the first the default (formats/backends.py)
     summary: str
-    #: how its states hold fp32 / int32 training state (training/mlstate.py ``CODECS``)
+    #: how its states hold fp32 / int32 training state (states/mlstate.py ``CODECS``)
     state_codec: str = "f16x3"
     #: whether it has random ops (``random="device"``)
     random_ops: bool = True

@@ -5,7 +5,8 @@
 * ``"reference-fast"``: the same interpreter's accelerated path (bit-identical results).
 * ``"coreml"``: Core ML's runtime (macOS only; the default there).
 
-The runtimes themselves are in rlxjax/runtime/ (backends.py), reached through a format's
+The runtimes themselves are in each format's folder (Core ML: rlxjax/coreml/backends.py and
+the interpreter, rlxjax/coreml/interpreter/), reached through a format's
 ``Executable.runner`` and loader.
 """
 from __future__ import annotations

@@ -57,6 +57,21 @@ class Executable(abc.ABC):
         """Each state's RLX graph input name ('state.f32.exp') -> its name in the program."""
         return {}
 
+    #: where rlxjax's metadata lists the program's states (``state_rows``): in
+    #: ``rlxjax.io`` beside the inputs and outputs, or (False) under ``rlxjax.states``, for
+    #: a format that keeps the two apart (Core AI)
+    states_in_io: bool = True
+
+    def state_rows(self) -> list:
+        """One row per state for the metadata: ``{name (graph input), mil_name, shape,
+        dtype}`` (empty for a stateless program)."""
+        return []
+
+    def own_metadata(self) -> Dict[str, object]:
+        """Keys only this format reads back (its runner's), written after rlxjax's own by
+        ``metadata.describe``: the format's compile writes no metadata itself."""
+        return {}
+
     @abc.abstractmethod
     def runner(self, backend: str):
         """An object with ``run(feeds, state=None) -> {feature: array}`` and
@@ -108,7 +123,8 @@ class Format(abc.ABC):
 
     @abc.abstractmethod
     def compile(self, program, *, keep_weight_layout: bool = False) -> Executable:
-        """Lower ``program`` (rlxjax/program.py) and write its metadata.
+        """Lower ``program`` (rlxjax/program.py); its metadata is written afterwards, in one
+        place (``metadata.describe``), from what the executable says of itself.
         ``keep_weight_layout``: constants keep their layout, so that a weight shared with
         another function of a multifunction package is stored once."""
 

@@ -1,9 +1,11 @@
 """Training steps: forward, backward and an optax update compiled into one ML Program.
 
 * ``layout.py``     the typed layout of a training program (each feature's role, what feeds what)
-* ``program.py``    building the training graph and compiling it (``TrainProgram``)
-* ``mlstate.py``    ``state="mlstate"``: exact fp32 storage in Core ML fp16 states (its host
-  codec in ``mlstate_np.py``)
+* ``pipeline.py``   a step's compile, stage by stage: trace, train graph, states, format,
+  layout, metadata (``compile_train``: a ``TrainProgram``)
+* ``program.py``    building the training graph (``build_train_graph``)
+* ``state="mlstate"``: the state codecs (exact fp32 storage in Core ML fp16 states) are
+  format-neutral, in rlxjax/states/
 * ``state.py``      ``TrainState`` and the device state between steps
 * ``options.py``    ``coreml_train_step``: checks its options, picks the step class
 * ``step.py``       ``TrainStep``: the host runtime (init, step, fit)

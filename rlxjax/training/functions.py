@@ -84,10 +84,8 @@ def _train_with_cache_states(step, program, cache: stateful.StateLayout):
         extra.append((name, g.new_value(TensorType(shape, dtype_from_numpy(np.dtype(dt))))))
     g.inputs = g.inputs[:n_train] + extra + g.inputs[n_train:]
     lowered.states = {**(lowered.states or {}), **{name: None for name, _ in extra}}
-    compiled = lowered.compile(keep_weight_layout=True)
-    meta = metadata.read(program.compiled.metadata, metadata.TRAIN)
-    metadata.write(compiled.metadata, metadata.TRAIN, meta)
-    return compiled
+    lowered.extra_metadata[metadata.TRAIN] = program.layout.metadata()
+    return lowered.compile(keep_weight_layout=True)
 
 
 def save_train_functions(step, program, path, functions: Dict, state, state_precision,

@@ -6,7 +6,7 @@ would leave a TrainState that reads the next step's values under the previous st
 ``held_interrupt`` holds the first Ctrl-C until the step is complete (device and counter
 advanced together) and raises it then; a second Ctrl-C inside the step is raised at once,
 before the step completes (the state then stays the one passed in: the reference backend
-commits a run's state writes only when the run completes, runtime/reference/interpreter.py).
+commits a run's state writes only when the run completes, coreml/interpreter/interpreter.py).
 """
 from __future__ import annotations
 

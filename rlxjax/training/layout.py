@@ -23,8 +23,8 @@ import numpy as np
 
 from ..errors import RlxError
 from ..frontend import path_name
-from . import mlstate as _mlstate
-from .mlstate import CODECS, Layout, make_layout
+from ..states import mlstate as _mlstate
+from ..states.mlstate import CODECS, Layout, make_layout
 
 MODES = ("io", "mlstate")
 INPUT_ROLES = ("param", "opt_state", "batch", "random")  # random: computed by the host
@@ -54,7 +54,7 @@ def trained_leaves(params, opt_state):
 
 def state_layout(params, opt_state, codec: str = "f16x3") -> Layout:
     """``state="mlstate"``: where each parameter and optimizer-state leaf lives in the
-    program's states, stored as the format's ``codec`` says (mlstate.py ``CODECS``). Core
+    program's states, stored as the format's ``codec`` says (states/mlstate.py ``CODECS``). Core
     ML (fp16 pieces): a packed vector longer than a codec chunk (``CHUNK``) in one set of
     states per chunk, which the memory order reads and writes one at a time
     (coreml/mil_order.py); Core AI (``plain``, its own compiler schedules) keeps one state
@@ -85,7 +85,7 @@ class Feature:
 
 @dataclass(frozen=True)
 class StateFeature:
-    """``state="mlstate"``: one state of the program (a vector, see mlstate.py: fp16
+    """``state="mlstate"``: one state of the program (a vector, see states/mlstate.py: fp16
     pieces on Core ML, the fp32 / int32 values themselves on Core AI)."""
 
     name: str                 # the state's name in the program
@@ -109,12 +109,13 @@ class TrainLayout:
     tensors: Optional[Layout] = None    # mlstate: where each leaf lives in the states
 
     @classmethod
-    def of_program(cls, compiled, mode: str, n_params: int, n_opt_state: int,
+    def of_program(cls, executable, mode: str, n_params: int, n_opt_state: int,
                    has_aux: bool, tensors: Optional[Layout] = None,
                    n_random: int = 0) -> "TrainLayout":
-        """The layout of ``compiled``, a program arranged as the module doc says."""
+        """The layout of ``executable`` (a format's, formats/base.py), a program arranged
+        as the module doc says."""
         n_trained = n_params + n_opt_state if mode == "io" else 0
-        ins, outs = compiled.input_specs, compiled.output_specs
+        ins, outs = executable.input_specs, executable.output_specs
         n_loss = len(outs) - n_trained
         if len(ins) < n_trained or n_loss < 1:
             raise RlxError(f"internal: a {mode} training program with {len(ins)} inputs "
@@ -128,7 +129,7 @@ class TrainLayout:
             outputs.append(_feature(s, _NEW[fed.role], feeds=fed.feature))
         states = ()
         if tensors is not None:
-            by_graph = compiled.executable.state_graph_names
+            by_graph = executable.state_graph_names
             states = tuple(StateFeature(by_graph[g], g, n, role, dt, off)
                            for g, role, n, dt, off in tensors.state_rows())
         return cls(mode, inputs, tuple(outputs), states, tensors)

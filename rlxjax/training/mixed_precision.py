@@ -25,7 +25,7 @@ keeps the dtype the graph gives it; only what is traced in fp16 runs in fp16):
 * **state.** The optimizer state the step carries is ``MixedState(optimizer=<optax state>,
   loss_scale=f32[], good_steps=i32[])``: the scale and its counter travel with the optimizer
   state (program inputs/outputs with ``state="io"``, Core ML states with ``"mlstate"``,
-  where fp32 is kept exactly, mlstate.py), all in fp32 / int32.
+  where fp32 is kept exactly, states/mlstate.py), all in fp32 / int32.
 
 Norms recognised in the fp16 forward lower with fp16-safe statistics (the ``x.dtype ==
 fp16`` path of coreml/rules/norm.py: statistics computed on ``(x − mean) / max|x − mean|``,
@@ -43,7 +43,6 @@ import numpy as np
 
 from ..errors import ArgumentError
 from .export import numpy_tree
-from .program import build_train_graph
 from .step import TrainStep
 
 
@@ -175,16 +174,19 @@ class MixedTrainStep(TrainStep):
             return value32 * opt_state.loss_scale, user
 
         mixed_fn.__name__ = self.fun.__name__
-        self.fun = self.__wrapped__ = mixed_fn
+        self.fun = mixed_fn
 
-    def _transform(self, traced, args):
-        g = traced.graph
-        scaled = g.outputs[0][1]
-        g.outputs = list(g.outputs[1:])
-        user = dataclasses.replace(traced, out_tree=traced.out_tree.children()[1])
-        return build_train_graph(user, args, self.optimizer, has_aux=self.has_aux,
-                                 mode=self.state_mode, differentiate=scaled,
-                                 codec=self.state_codec)
+    def _definition(self):
+        """The backward pass starts from the scaled loss, the traced function's first
+        output; the loss (and aux) the user sees are the rest."""
+
+        def split_scaled(traced, full):
+            g = traced.graph
+            scaled = g.outputs[0][1]
+            g.outputs = list(g.outputs[1:])
+            return dataclasses.replace(traced, out_tree=traced.out_tree.children()[1]), scaled
+
+        return dataclasses.replace(super()._definition(), prepare=split_scaled)
 
     def scale_of(self, state) -> float:
         """The current loss scale (and from it, whether steps are being skipped)."""

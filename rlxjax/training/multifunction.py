@@ -5,7 +5,7 @@ functions, ``train_step`` (the default) and ``predict`` = ``fn(params, *inputs)`
 
 * ``state="mlstate"``: ``predict`` declares exactly the states ``train_step`` declares
   (same names, shapes) and only reads them. It decodes the parameters from the states with
-  the train step's own codec (mlstate.py: each fp32 value stored exactly as three fp16
+  the train step's own codec (states/mlstate.py: each fp32 value stored exactly as three fp16
   pieces; the parameters are the first slots of the fp32 vector, so ``predict`` decodes
   that prefix only), so it computes with exactly the weights the latest step wrote - no
   re-export. Its inputs are ``fn``'s other arguments.
@@ -36,7 +36,7 @@ from ..frontend.interpreter import Lowering
 from ..ir import TensorType, dtype_from_numpy, verify
 from ..transforms.rewrite import dce, substitute
 from .frozen import bake_weights
-from .mlstate import Layout, role_states, unpack
+from ..states.mlstate import Layout, role_states, unpack
 
 TRAIN_FUNCTION, PREDICT_FUNCTION = "train_step", "predict"
 
@@ -116,14 +116,7 @@ def _params_from_states(traced: Traced, params, layout: Layout) -> Traced:
 
 def _params_structs(program):
     """The (params) ShapeDtypeStruct tree the train program was compiled for."""
-    if program.structs is not None:  # mlstate
-        return program.structs[0]
-    compiled = program.compiled
-    ptree = compiled._traced.in_tree.children()[0]
-    n_p = sum(f.role == "param" for f in program.layout.inputs)
-    specs = compiled.input_specs[:n_p]
-    return jax.tree_util.tree_unflatten(
-        ptree, [jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs])
+    return program.args[0]
 
 
 def compile_predict(step, program, fn: Callable, example_inputs):
@@ -136,8 +129,7 @@ def compile_predict(step, program, fn: Callable, example_inputs):
                          format=step.format_name,
                          split=split)
     lead = () if split is None else (list(split.values),)
-    compiled = pf.lower(*lead, _params_structs(program), *example_inputs).compile(
-        keep_weight_layout=True)  # a weight it shares with train_step: stored once
+    lowered = pf.lower(*lead, _params_structs(program), *example_inputs)
     layout = program.layout
     meta = {"state": layout.mode, "params": "states" if layout.mode == "mlstate" else "inputs"}
     if layout.mode == "mlstate":  # where the params live in the states it reads
@@ -148,8 +140,8 @@ def compile_predict(step, program, fn: Callable, example_inputs):
                              for s in layout.tensors.slots[:layout.tensors.n_params]])
     else:
         meta["param_inputs"] = [f.feature for f in layout.inputs if f.role == "param"]
-    metadata.write(compiled.metadata, metadata.PREDICT, meta)
-    return compiled
+    lowered.extra_metadata[metadata.PREDICT] = meta
+    return lowered.compile(keep_weight_layout=True)  # a weight shared with train_step: once
 
 
 def save_train_predict(step, program, path, predict) -> str:

@@ -29,7 +29,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     ``step.save("train.mlpackage")``. ``state="io"`` passes params and optimizer state in
     and out of every call (default target iOS17); ``state="mlstate"`` keeps them in Core ML
     states updated in place (target iOS18, the default for it; exact fp32 storage, see
-    rlxjax/training/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
+    rlxjax/states/mlstate.py). ``random="inputs"``: the loss's live ``jax.random`` draws
     (dropout) are computed on the host from the keys in the batch and fed as program
     inputs (see ``coreml_jit``); keys and RNG counters belong in the batch.
     ``random="device"``: the draws are Core ML random ops, fresh on every step.
@@ -78,7 +78,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
             raise ArgumentError("precision='mixed' does not combine with trainable= / "
                                 "compress= / flexible= (yet): use precision='fp32' for those")
         return MixedTrainStep(loss, optimizer, state=state, has_aux=has_aux,
-                              loss_scale=loss_scale, static_argnums=(), target=target,
+                              loss_scale=loss_scale, target=target,
                               backend=backend, random=random, format=format)
     if loss_scale is not None:
         raise ArgumentError("loss_scale= is for precision='mixed' (fp16 compute) only")
@@ -90,7 +90,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     if flexible and {"params", "opt_state", 0, 1} & set(flexible):
         raise ArgumentError("flexible= names batch arguments only: parameters and optimizer "
                             "state keep their shapes (a Core ML state cannot be flexible)")
-    options = dict(state=state, has_aux=has_aux, static_argnums=(), target=target,
+    options = dict(state=state, has_aux=has_aux, target=target,
                    precision=precision, backend=backend, random=random, flexible=flexible,
                    format=format)
     if trainable is None and compress is None:

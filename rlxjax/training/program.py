@@ -4,9 +4,9 @@
 says: the backward pass is rlxjax's own (fused norm backward ops); the optax update is
 traced like any JAX code and inlined into the same graph, reading the gradients the
 backward pass produced. With ``state="mlstate"`` the parameters and optimizer state then
-become Core ML states (mlstate.py). ``compile_program`` lowers and compiles it and returns a
-``TrainProgram``: the compiled program with its typed layout, which also goes into the
-package metadata (``rlxjax.train``).
+become Core ML states (rlxjax/states/mlstate.py). pipeline.py runs it between the trace
+and the format, and returns a ``TrainProgram``: the compiled program with its typed layout,
+which also goes into the package metadata (``rlxjax.train``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from typing import Any, Optional, Tuple
 
 import jax
 
-from .. import metadata
 from ..api import Compiled
 from ..errors import ArgumentError, RlxError, ZeroSizeError
 from ..frontend import Traced, path_name
@@ -25,8 +24,8 @@ from ..ir import verify
 from ..transforms.grad import backward
 from ..transforms.rewrite import dce
 from .layout import TrainLayout, leaf_struct, state_layout
-from .mlstate import Layout
-from .mlstate_graph import rewrite_to_states
+from ..states.mlstate import Layout
+from ..states.mlstate_graph import rewrite_to_states
 
 
 # a placeholder leaf for the result's treedef (not None: a pytree's own None nodes,
@@ -131,7 +130,7 @@ def _inline_update(g, optimizer, grads, s_vals, p_vals, params, opt_state):
 
 
 def _phases(g, loss_v, n_grad: int):
-    """``phase_of(node)`` for mlstate_graph.py's re-reads: 0 for the forward pass (what the
+    """``phase_of(node)`` for states/mlstate_graph.py's re-reads: 0 for the forward pass (what the
     loss depends on), 1 for the backward pass (the other nodes before the update, the
     first ``n_grad``), 2 for the optimizer update."""
     forward, todo = set(), [loss_v.node]
@@ -147,7 +146,7 @@ def _phases(g, loss_v, n_grad: int):
 
 def _to_states(traced: Traced, args, in_vals, out_vals, codec: str,
                phase_of=None) -> Traced:
-    """mlstate: params and optimizer state become the format's states (mlstate.py)."""
+    """mlstate: params and optimizer state become the format's states (states/mlstate.py)."""
     g, n = traced.graph, len(in_vals)
     layout = state_layout(args[0], args[1], codec)
     got = [(name, tuple(v.type.shape), v.dtype.np.name) for name, v in g.inputs[:n]]
@@ -183,29 +182,3 @@ class TrainProgram:
     def trees(self):
         """The (params, opt_state) tree structures."""
         return tuple(jax.tree_util.tree_structure(t) for t in self.structs)
-
-
-def compile_program(step, args, *, mode: str, has_aux: bool,
-                    codec: str = "f16x3") -> TrainProgram:
-    """Lower and compile ``step`` (a TrainStep) for ``args`` = (params, opt_state, *batch)
-    (mlstate: params and opt_state as ShapeDtypeStruct trees), and record its layout in
-    the package metadata."""
-    compiled = step.lower(*args).compile(keep_weight_layout=True)  # shared with predict
-    n_p = len(jax.tree_util.tree_leaves(args[0]))
-    n_s = len(jax.tree_util.tree_leaves(args[1]))
-    tensors = state_layout(args[0], args[1], codec) if mode == "mlstate" else None
-    host = compiled._traced.host
-    layout = TrainLayout.of_program(compiled, mode, n_p, n_s, has_aux, tensors,
-                                    n_random=0 if host is None else len(host.inputs))
-    metadata.write(compiled.metadata, metadata.TRAIN, layout.metadata())
-    structs = (args[0], args[1]) if mode == "mlstate" else None
-    return TrainProgram(compiled, layout, structs, _shapes(args))
-
-
-def _shapes(args):
-    """``args`` as ShapeDtypeStructs (a PRNG key keeps its key dtype)."""
-    from ..calling import leaf_sig
-
-    return jax.tree_util.tree_map(
-        lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else
-        jax.ShapeDtypeStruct(*leaf_sig(x)), tuple(args))

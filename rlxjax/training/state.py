@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import RlxError
 from .checkpoint import load_checkpoint, save_checkpoint
-from .mlstate import host_pack, host_unpack
+from ..states.mlstate import host_pack, host_unpack
 
 if TYPE_CHECKING:  # pragma: no cover
     from .program import TrainProgram

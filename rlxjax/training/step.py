@@ -5,9 +5,10 @@ the loss (and aux), the new parameters and the new optimizer state (``state="io"
 app feeds the new values back in on the next call. With ``state="mlstate"`` parameters and
 optimizer state live in Core ML states instead, updated in place by each call.
 
-This module is the host side (options.py's ``coreml_train_step`` makes one): ``TrainStep`` compiles one program per batch signature
-(program.py builds it), runs it, keeps the device state (state.py), fits, exports the
-initial state and saves (checkpoint.py).
+This module is the host side (options.py's ``coreml_train_step`` makes one): ``TrainStep``
+compiles one program per batch signature (pipeline.py, from the ``StepDefinition`` the step
+gives it), runs it, keeps the device state (state.py), fits, exports the initial state and
+saves (checkpoint.py).
 """
 from __future__ import annotations
 
@@ -16,26 +17,29 @@ from typing import Callable, Dict, Iterable, List, Optional
 import jax
 import numpy as np
 
-from .. import formats
-from ..api import Compiled, CoreMLFunction
+from .. import formats, stages
+from ..api import Compiled, Lowered
 from ..errors import ArgumentError, RlxError
-from ..frontend import Traced, arg_names, path_name
+from ..frontend import arg_names, path_name
 from .checkpoint import write_state_files
 from .export import numpy_tree
-from .layout import MODES, leaf_struct, state_layout
+from .layout import MODES, leaf_struct
 from .microbatch import micro_step_fn
-from .mlstate import host_pack, state_bindings
-from .program import TrainProgram, build_train_graph, compile_program
+from ..states.mlstate import host_pack
+from .pipeline import StepDefinition, compile_train, lower_train
+from .program import TrainProgram
 from .interrupt import held_interrupt
 from .progress import progress_bar
 from .state import DeviceState, TrainState
 
 
-class TrainStep(CoreMLFunction):
+class TrainStep:
     """What ``coreml_train_step`` returns."""
 
     def __init__(self, loss: Callable, optimizer, *, state: str, has_aux: bool,
-                 microbatches: int = 1, **jit_options):
+                 microbatches: int = 1, target, precision: str, backend,
+                 random: Optional[str] = None, flexible=None,
+                 format: str = formats.DEFAULT):
         if state not in MODES:
             raise ArgumentError(f"state={state!r}: choose 'io' (params and optimizer state as "
                                 "inputs and outputs) or 'mlstate' (Core ML states, iOS18)")
@@ -47,7 +51,14 @@ class TrainStep(CoreMLFunction):
         self.microbatches = microbatches
         if microbatches > 1:  # gradient accumulation in one loop (microbatch.py)
             step_fn = micro_step_fn(loss, microbatches)
-        super().__init__(step_fn, **jit_options)
+        self.fun = step_fn  # what is traced: fun(params, opt_state, *batch)
+        self.__name__ = step_fn.__name__
+        self.target, self.backend = stages.resolve_options(target, precision, backend, random,
+                                                           format)
+        self.precision = precision
+        self.random = random
+        self.flexible = flexible  # batch arguments only (options.py)
+        self.format_name = format
         self.loss = loss
         self.optimizer = optimizer
         self.has_aux = has_aux
@@ -60,20 +71,38 @@ class TrainStep(CoreMLFunction):
         # features 'x', 'y'), which is what an app binds.
         return ["params", "opt_state"] + arg_names(self.loss, n_args - 1)[1:]
 
-    # -- CoreMLFunction hooks: ``step.lower(params, opt_state, *batch)`` -----------------
-    def _transform(self, traced: Traced, args) -> Traced:
-        return build_train_graph(traced, args, self.optimizer, has_aux=self.has_aux,
-                                 mode=self.state_mode, codec=self.state_codec,
-                                 grads_given=self.microbatches > 1)
+    @property
+    def format(self):
+        """The format this step compiles to (rlxjax/formats/), loaded on first use."""
+        return formats.get(self.format_name)
 
-    def _states(self, args):
-        if self.state_mode != "mlstate":
-            return None
-        return state_bindings(state_layout(args[0], args[1], self.state_codec))
+    # -- the compile: pipeline.py, from what this kind of step traces --------------------
+    def _definition(self) -> StepDefinition:
+        """What this step's programs are compiled from; a kind of step (trainable.py,
+        mixed_precision.py) changes this and nothing else of the compile."""
+        return StepDefinition(
+            fn=self.fun, names=self._names, optimizer=self.optimizer, has_aux=self.has_aux,
+            mode=self.state_mode, codec=self.state_codec, fmt=self.format,
+            target=self.target, precision=self.precision, backend=self.backend,
+            random=self.random, flexible=self.flexible, grads_given=self.microbatches > 1)
+
+    def lower(self, *args) -> Lowered:
+        """``step.lower(params, opt_state, *batch)``: the training graph for these
+        arguments (``Lowered``: ``.graph``, ``.as_text()``, ``.compile()``)."""
+        return lower_train(self._definition(), args)
+
+    def _key(self, args):
+        """What the program for ``args`` (params, opt_state, *batch) depends on."""
+        if not self.flexible:
+            return stages.signature(args, ())
+        d = self._definition()
+        full = d.lead + tuple(args)
+        return stages.signature(full, d.names(len(full)), self.flexible, d.fn, len(full))
 
     @property
     def state_codec(self) -> str:
-        """How this step's format stores fp32 / int32 leaves in its states (mlstate.py)."""
+        """How this step's format stores fp32 / int32 leaves in its states
+        (rlxjax/states/mlstate.py)."""
         return formats.REGISTRY[self.format_name].state_codec
 
     # -- programs ------------------------------------------------------------------------
@@ -104,8 +133,7 @@ class TrainStep(CoreMLFunction):
                    self._key(args) if self.flexible else self._key(batch))
         program = self._programs.get(key)
         if program is None:
-            program = self._programs[key] = compile_program(
-                self, args, mode=self.state_mode, has_aux=self.has_aux, codec=self.state_codec)
+            program = self._programs[key] = compile_train(self._definition(), args)
         self._latest = program
         return program
 

@@ -34,6 +34,7 @@ them (and drops the programs compiled for the old ones).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Callable, Optional
 
@@ -42,7 +43,6 @@ import numpy as np
 
 from ..compression import CompressionReport
 from ..errors import ArgumentError
-from ..frontend import Traced
 from .export import numpy_tree
 from .frozen import FrozenSplit, bake_weights, check_split_options
 from .step import TrainStep
@@ -74,18 +74,16 @@ class MaskedTrainStep(TrainStep):
                                 "parameters given to init")
         return self.split
 
-    def lower(self, *args, **kwargs):
-        """``step.lower(trainable_params, opt_state, *batch)``; the frozen leaves of the
-        latest ``init`` are baked in."""
-        return super().lower(list(self._require_split().values), *args, **kwargs)
-
-    def _transform(self, traced: Traced, args) -> Traced:
+    def _definition(self):
+        """``step.lower(trainable_params, opt_state, *batch)``: the frozen leaves of the
+        latest ``init`` are traced first, then baked in as weights."""
         split = self._require_split()
-        baked = bake_weights(traced, len(split.values), split.weights, args[1:])
-        return super()._transform(baked, args[1:])
 
-    def _states(self, args):
-        return super()._states(args[1:])
+        def bake(traced, full):
+            return bake_weights(traced, len(split.values), split.weights, full[1:]), None
+
+        return dataclasses.replace(super()._definition(), lead=(list(split.values),),
+                                   prepare=bake)
 
     def init(self, params, *example_batch):
         """The initial TrainState of the trainable leaves of ``params`` (the others are

@@ -1,11 +1,12 @@
 """The pass pipeline on the RLX graph: which passes run, in which order, on which graphs.
 
-``CoreMLFunction.lower`` (api.py) runs, for every function it compiles::
+The compile stages (rlxjax/stages.py) run, for every function compiled::
 
-    trace ─► BEFORE_AD ─► the function's own transform ─► AFTER_AD ─► coreml lowering
+    trace ─► BEFORE_AD ─► the function's own transform ─► AFTER_AD ─► BEFORE_LOWERING ─► format
                           (none for coreml_jit; the grad
                            transform for coreml_grad; grad
-                           + optimizer update for train steps)
+                           + optimizer update for train steps,
+                           training/pipeline.py)
 
 Each pass rewrites one graph in place. A pass marked ``regions=True`` runs on the graph and
 then on every region nested in it (cond branches, loop bodies, custom rules' bodies, at any
@@ -22,13 +23,13 @@ needs nothing from around them.
   ``Format.attention_bool_masks``).
 - ``inline_remat`` replaces each ``remat`` node (``jax.checkpoint``) by its body once the
   grad transform has recomputed, in the backward pass, what the policy did not save.
-- ``drop_remat_barriers`` (run by ``Lowered.compile`` for a format without a lowering of
+- ``drop_remat_barriers`` (run by ``stages.to_format`` for a format without a lowering of
   ``remat_barrier``, formats/base.py ``Format.lowers_remat_barrier``): the barriers'
   readers read their inputs.
 - ``inline_custom_calls`` replaces each ``custom_vjp`` node of the top-level graph by its
   primal body once the grad transform has used the custom rule (those inside regions are
   lowered as they are: coreml/rules/control.py).
-- ``fold_constants`` (stage ``BEFORE_LOWERING``, run by ``Lowered.compile``): constant
+- ``fold_constants`` (stage ``BEFORE_LOWERING``, run by ``stages.to_format``): constant
   folding on the RLX graph with the RLX op's own semantics (transforms/fold/), in the
   program's precision (an fp16 program folds in fp16), so it runs once the precision is
   known. It walks regions itself: constant operands of a region op flow into the region.
@@ -38,7 +39,8 @@ needs nothing from around them.
 - ``simplify`` makes the program smaller without changing a bit of any output
   (transforms/simplify.py, transforms/cse.py).
 
-MIL-level passes (CSE of the emitted protobuf) run after the lowering, in api.py.
+MIL-level passes (CSE of the emitted protobuf, the memory order, ...) run after the
+lowering, in the Core ML format's compile (coreml/format.py).
 """
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import rlxjax
+from rlxjax.formats.backends import is_macos
 from helpers import assert_tree_close, check_against_jax
 
 
@@ -154,7 +155,7 @@ def test_dynamic_shape_is_clear():
 def test_target_and_backend_errors():
     with pytest.raises(rlxjax.TargetError, match="iOS17"):
         rlxjax.coreml_jit(lambda x: x, target="iOS14")
-    if not rlxjax.runtime.is_macos():
+    if not is_macos():
         with pytest.raises(rlxjax.BackendUnavailableError, match="macOS"):
             rlxjax.coreml_jit(lambda x: x, backend="coreml")
 

@@ -107,8 +107,8 @@ def test_flexible_two_inputs_share_the_batch(n, seed):
 
 
 def test_the_reference_backend_checks_the_range():
-    from rlxjax.runtime import make_backend
-    from rlxjax.runtime.reference.interpreter import ReferenceRuntimeError
+    from rlxjax.coreml.backends import make_backend
+    from rlxjax.coreml.interpreter.interpreter import ReferenceRuntimeError
 
     (b,) = export.symbolic_shape("b", constraints=["b >= 2", "b <= 4"])
     c = rlxjax.coreml_jit(lambda x: x * 2.0, backend="reference").lower(
@@ -212,8 +212,8 @@ def test_enumerated_sizes(tmp_path):
     """flexible= with a list of sizes: Core ML enumerated shapes (each can run on the
     Neural Engine); a size not listed is refused by the host, the reference backend and
     the loaded package alike."""
-    from rlxjax.runtime import make_backend
-    from rlxjax.runtime.reference.interpreter import ReferenceRuntimeError
+    from rlxjax.coreml.backends import make_backend
+    from rlxjax.coreml.interpreter.interpreter import ReferenceRuntimeError
 
     def f(w, x):
         return jnp.tanh(x @ w).mean(0)

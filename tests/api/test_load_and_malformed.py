@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import rlxjax
 from rlxjax.coreml.package import PackageError
-from rlxjax.runtime.reference import ReferenceRuntimeError
+from rlxjax.coreml.interpreter import ReferenceRuntimeError
 
 MODEL_REL = os.path.join("Data", "com.apple.CoreML", "model.mlmodel")
 WEIGHT_REL = os.path.join("Data", "com.apple.CoreML", "weights", "weight.bin")
@@ -286,7 +286,7 @@ def test_blob_file_outside_the_package_is_refused(saved, tmp_path, kind):
     with pytest.raises(PackageError, match="weight"):
         _load_and_run(pkg)
     # The reference interpreter confines them too, whoever hands it the program.
-    from rlxjax.runtime.backends import reference_program
+    from rlxjax.coreml.backends import reference_program
     with pytest.raises(ReferenceRuntimeError, match="refus|names no weight"):
         reference_program(_spec(pkg), weights)
 

@@ -23,7 +23,7 @@ from rlxjax.coreml.validate import validate_model
 from rlxjax.errors import ArgumentError, TargetError
 from rlxjax.ir import DType, Graph, TensorType
 from rlxjax.ir.builder import Builder
-from rlxjax.runtime import make_backend
+from rlxjax.coreml.backends import make_backend
 
 _CASES = [(s, t) for s in SCHEMES for t in TARGETS
           if get_target(t).at_least(SCHEMES[s])]

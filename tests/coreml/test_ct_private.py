@@ -12,7 +12,7 @@ from coremltools.proto import FeatureTypes_pb2, MIL_pb2, Model_pb2
 
 from rlxjax.coreml import ct_private
 
-# The 64-byte blob header the reference backend checks before reading (runtime/reference/
+# The 64-byte blob header the reference backend checks before reading (coreml/interpreter/
 # values.py): sentinel, MIL dtype, payload size, payload offset.
 HEADER = np.dtype([("sentinel", "<u4"), ("mil_dtype", "<u4"), ("size", "<u8"),
                    ("data_offset", "<u8")])

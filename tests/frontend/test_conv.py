@@ -22,7 +22,7 @@ from jax import lax
 import rlxjax
 from helpers import assert_tree_close, check_against_jax, examples, FP32_TOL
 from rlxjax.errors import UnsupportedPrimitiveError
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
 FWD = settings(max_examples=examples(12), deadline=None)
 GRAD = settings(max_examples=examples(16), deadline=None)
@@ -264,7 +264,7 @@ def test_four_spatial_dims_are_unsupported():
 @given(data=st.data())
 def test_reference_conv_vs_jax(data):
     """coremltools has no value_inference for conv (see OPS_WITHOUT_VALUE_INFERENCE in
-    tests/runtime/test_reference_ops.py): MIL conv's semantics are checked against
+    tests/coreml/interpreter/test_reference_ops.py): MIL conv's semantics are checked against
     lax.conv_general_dilated (NC[spatial] / OI[spatial], same parameters), with bias and
     with fp16 (accumulated in fp32, rounded once: exact for dyadic values)."""
     ns = data.draw(st.integers(1, 3))

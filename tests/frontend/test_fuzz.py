@@ -137,7 +137,7 @@ def test_pinned_programs(name):
 def test_matmul_of_two_constants_in_a_gradient():
     """Found by test_fuzz_grad: d/dx sum((x @ C) * W) is W @ C.T, a matmul of two program
     constants (matmul is never constant-folded: its output dtype rule needs the declared
-    types). The reference backend's accelerated path (runtime/reference/accelerated/
+    types). The reference backend's accelerated path (coreml/interpreter/accelerated/
     prepared.py) read its first operand from the environment under the name None (KeyError)
     whenever the second one was a constant, without checking that the first was not one
     too."""

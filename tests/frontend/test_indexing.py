@@ -22,7 +22,7 @@ from jax import lax
 import rlxjax
 from helpers import assert_tree_close, check_against_jax, examples, FP32_TOL
 from rlxjax.errors import UnsupportedDTypeError, UnsupportedPrimitiveError
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
 FEW = settings(max_examples=examples(6), deadline=None)
 F32, I32 = np.float32, np.int32

@@ -86,7 +86,7 @@ def test_constant_operands_fold_to_the_same_bits():
 def test_no_intermediate_leaves_int32():
     """The lowering promises exactness without wrap-around: run its MIL ops on int64 (no
     overflow possible) and check every int32 value they produce fits in int32."""
-    from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+    from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
     seen = []
     originals = {}

@@ -67,7 +67,7 @@ def test_a_negative_nan_ranks_as_a_positive_one_in_the_program():
     compiled = rlxjax.coreml_jit(lambda x: lax.top_k(x, 5), backend="reference").lower(x).compile()
     with pytest.raises(rlxjax.ArgumentError, match="sign bit"):
         compiled(x)
-    from rlxjax.runtime import make_backend
+    from rlxjax.coreml.backends import make_backend
 
     program = make_backend("reference", compiled.spec, compiled._weights_dir)
     res = program.run({compiled.input_specs[0].mil_name: x})

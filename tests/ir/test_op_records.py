@@ -15,7 +15,7 @@
   every hand-written backward op (the *_grad families) is declared by exactly one record;
 - every MIL op those lowerings emit has reference semantics that are cross-checked against
   coremltools' value_inference, or a named substitute test: the list and the check live in
-  tests/runtime/test_emitted_ops.py, and here each op's lowering is tied to it.
+  tests/coreml/interpreter/test_emitted_ops.py, and here each op's lowering is tied to it.
 """
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def test_op_lowers_on_every_claimed_target(op, cross_checked):
             validate_model(model, tmp)
         mil = _mil_op_types(model)
         assert not mil - can_emit, (f"{op} on {target} emits {sorted(mil - can_emit)}, which "
-                                    "tests/runtime/test_emitted_ops.py's static scan misses")
+                                    "tests/coreml/interpreter/test_emitted_ops.py's static scan misses")
         assert not mil - covered, (f"{op} on {target} emits {sorted(mil - covered)} without "
                                    "cross-checked reference semantics")
 

@@ -1,5 +1,5 @@
 """``memory_analysis()`` against what the reference interpreter holds while it runs
-(runtime/reference/liveness.py: each value freed after its last reader), and its
+(coreml/interpreter/liveness.py: each value freed after its last reader), and its
 argument / output sizes against the arrays JAX passes and returns."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import rlxjax
 from models import workloads
 from rlxjax.errors import DynamicShapeError
-from rlxjax.runtime.reference.liveness import LiveBytesProgram
+from rlxjax.coreml.interpreter.liveness import LiveBytesProgram
 
 
 #: the train-step workloads of tests/models.py (named here: workloads() builds six models)

@@ -1,4 +1,4 @@
-"""``state="mlstate"``: the codec runs chunk by chunk (training/mlstate.py ``CHUNK``), which
+"""``state="mlstate"``: the codec runs chunk by chunk (states/mlstate.py ``CHUNK``), which
 must change no bit (the io-mode step on the same backend is the reference) and must keep the
 codec's temporaries a chunk's size."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 import rlxjax
-from rlxjax.training import mlstate as M
+from rlxjax.states import mlstate as M
 from helpers import bits as _bits, mlp_workload as _mlp
 
 

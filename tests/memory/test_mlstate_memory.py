@@ -1,5 +1,5 @@
-"""``state="mlstate"``: what keeps the step's temporaries small (training/mlstate_graph.py),
-measured by the reference interpreter while the step runs (runtime/reference/liveness.py):
+"""``state="mlstate"``: what keeps the step's temporaries small (states/mlstate_graph.py),
+measured by the reference interpreter while the step runs (coreml/interpreter/liveness.py):
 each phase (forward, backward, update) reads and decodes the states it needs again, so no
 decoded parameter lives from the forward pass to the backward pass, and a leaf larger than
 a chunk is updated piece by piece (the chunk slices sunk through its elementwise update),
@@ -14,9 +14,9 @@ import optax
 import pytest
 
 import rlxjax
-import rlxjax.training.mlstate_graph as MG
+import rlxjax.states.mlstate_graph as MG
 import rlxjax.training.program as PR
-from rlxjax.training import mlstate as M
+from rlxjax.states import mlstate as M
 from helpers import bits as _bits
 from test_memory_analysis import assert_agrees, measured
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 import rlxjax
 from rlxjax import memory
 from rlxjax.coreml.mil_order_refine import Lifetimes, refine
-from rlxjax.runtime.reference.liveness import LiveBytesProgram
+from rlxjax.coreml.interpreter.liveness import LiveBytesProgram
 from test_memory_analysis import feeds_of
 
 

@@ -51,7 +51,7 @@ def test_notebook_executes(name, tmp_path):
     # Programs whose backend is left to rlxjax (backend=None) run on the test backend:
     # the reference interpreter here, Core ML under RLXJAX_TEST_BACKEND=coreml on macOS.
     pin = nbformat.v4.new_code_cell(
-        "import rlxjax.runtime.backends as _backends\n"
+        "import rlxjax.coreml.backends as _backends\n"
         f"_backends.default_backend = lambda: {TEST_BACKEND!r}")
     pin.id = "test-pin-backend"
     nb.cells.insert(0, pin)

@@ -21,7 +21,7 @@ from rlxjax.frontend import RULES
 from rlxjax.frontend.rules.random import RANDOM_DETAIL, RANDOM_PRIMITIVES
 from rlxjax.nn import dropout
 from rlxjax.nn.dropout import dropout_scale
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
 F32, F16, I32 = np.float32, np.float16, np.int32
 RNG = np.random.default_rng(0)

@@ -23,7 +23,7 @@ from scipy import stats
 import rlxjax
 from helpers import TEST_BACKEND, assert_tracks_noise_band, loss_windows
 from rlxjax.errors import ArgumentError, UnsupportedPrimitiveError
-from rlxjax.runtime.reference import seed_fresh_draws
+from rlxjax.coreml.interpreter import seed_fresh_draws
 
 F32 = np.float32
 N = 20000

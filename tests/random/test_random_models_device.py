@@ -24,7 +24,7 @@ import jax
 import rlxjax
 from helpers import TEST_BACKEND, assert_tracks_noise_band, assert_tree_close, loss_windows
 from rlxjax.coreml.mil import function_block, operations
-from rlxjax.runtime.reference import seed_fresh_draws
+from rlxjax.coreml.interpreter import seed_fresh_draws
 from test_random_models import MODELS, nnx_mlp
 
 optax = pytest.importorskip("optax")

@@ -16,7 +16,7 @@ from rely_common import FORMATS, P, X, Y, copy, loss, make_step
 from helpers import jax_loop
 
 import rlxjax
-from rlxjax.runtime.reference.interpreter import ReferenceProgram
+from rlxjax.coreml.interpreter.interpreter import ReferenceProgram
 
 MODES = ["io", "mlstate"]
 

@@ -92,7 +92,7 @@ def _package_save(tmp):
 
 def _reference_runtime():
     from coremltools.proto import Model_pb2
-    from rlxjax.runtime.reference.interpreter import ReferenceProgram
+    from rlxjax.coreml.interpreter.interpreter import ReferenceProgram
 
     model = Model_pb2.Model(specificationVersion=7)
     model.neuralNetwork.SetInParent()
@@ -100,7 +100,7 @@ def _reference_runtime():
 
 
 def _reference_state():
-    from rlxjax.runtime.reference.state import ReferenceState
+    from rlxjax.coreml.interpreter.state import ReferenceState
 
     ReferenceState({"kv": (np.dtype(np.float16), (2,))}).write_state("kv", np.ones(3, np.float16))
 
@@ -124,7 +124,7 @@ def _ir_type():
 
 def _value_decode():
     from coremltools.proto import MIL_pb2
-    from rlxjax.runtime.reference.values import tensor_signature
+    from rlxjax.coreml.interpreter.values import tensor_signature
 
     tensor_signature(MIL_pb2.ValueType())
 
@@ -196,7 +196,7 @@ def test_every_class_has_a_trigger():
 @pytest.mark.parametrize("name", sorted(TRIGGERS))
 def test_trigger(name, tmp_path):
     if name == "BackendUnavailableError":
-        from rlxjax.runtime import is_macos
+        from rlxjax.coreml.backends import is_macos
 
         if is_macos():
             pytest.skip("Core ML's runtime exists here")

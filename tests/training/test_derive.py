@@ -12,7 +12,7 @@ import optax
 import pytest
 
 import rlxjax
-from rlxjax import api, frontend
+from rlxjax import frontend
 
 
 @dataclasses.dataclass
@@ -25,7 +25,7 @@ class _Probed(frontend.Traced):
 def derived(monkeypatch):
     """Every Traced the transforms derive, from a trace that carries ``probe``."""
     seen = []
-    trace = api.trace
+    trace = frontend.trace  # every compile traces through it (rlxjax/stages.py)
 
     def probed_trace(*a, **k):
         t = trace(*a, **k)
@@ -40,7 +40,7 @@ def derived(monkeypatch):
         return out
 
     monkeypatch.setattr(frontend, "LEAF_TABLES", frontend.LEAF_TABLES + ("probe",))
-    monkeypatch.setattr(api, "trace", probed_trace)
+    monkeypatch.setattr(frontend, "trace", probed_trace)
     monkeypatch.setattr(frontend.Traced, "derive", spy)
     return seen
 

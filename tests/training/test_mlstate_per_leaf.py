@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from rlxjax.training.mlstate import CODECS, chunks, host_pack, host_unpack, make_layout, pack, unpack
+from rlxjax.states.mlstate import CODECS, chunks, host_pack, host_unpack, make_layout, pack, unpack
 
 
 def _layout():

@@ -23,7 +23,7 @@ import rlxjax
 from rlxjax.coreml.ct_private import load_milproto
 from rlxjax.coreml.multifunction import check_no_output_aliases_state_write
 from rlxjax.errors import RlxError, TargetError
-from rlxjax.training.mlstate import decode_f32_np
+from rlxjax.states.mlstate import decode_f32_np
 from helpers import jax_loop
 
 STEPS = 4

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import rlxjax
-from rlxjax.training import mlstate as M
+from rlxjax.states import mlstate as M
 from helpers import bits as _bits, jax_loop, mlp_workload
 
 STEPS = 60
@@ -218,7 +218,7 @@ def test_reference_state_semantics_match_a_coremltools_program():
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import types
 
-    from rlxjax.runtime.reference import ReferenceProgram
+    from rlxjax.coreml.interpreter import ReferenceProgram
 
     @mb.program(input_specs=[mb.StateTensorSpec((2, 3), dtype=types.fp16),
                              mb.TensorSpec((2, 3), dtype=types.fp16)],

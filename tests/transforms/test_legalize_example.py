@@ -20,7 +20,7 @@ from rlxjax.ir import DType, Graph, TensorType
 from rlxjax.ir.builder import Builder
 from rlxjax.ir.ops import OPS, _require, defop, register_impl
 from rlxjax.ir.schema import FLOAT, Param
-from rlxjax.runtime.reference.interpreter import ReferenceProgram
+from rlxjax.coreml.interpreter.interpreter import ReferenceProgram
 from rlxjax.transforms.legalize import legalize
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "architecture.md")

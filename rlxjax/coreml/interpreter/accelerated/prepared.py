@@ -7,7 +7,7 @@ exactly the numpy calls the op's general implementation (``../ops/``, through it
 ``ARITH`` / ``COMPARE`` / ``UNARY`` / ``REDUCE`` and helpers) would make for those input
 types, minus the per-call decoding and checks the signatures already settle (constant
 parameters converted once, dtype promotion decided once). Results are bit-identical to the
-general implementation's: tests/runtime/test_accelerated_equivalence.py runs both.
+general implementation's: tests/coreml/interpreter/test_accelerated_equivalence.py runs both.
 
 The signatures come from the program's declarations (function inputs, consts, each op's
 declared outputs); the interpreter checks every op's outputs against its declaration on the

@@ -18,7 +18,7 @@ builder), so this backend is an independent check on what rlxjax emits. It stays
 
 Speed is not this module's business: ``accelerated/`` (backend ``"reference-fast"``) runs the
 same loaded program through prepared numpy calls and generated straight-line code, and the
-test suite requires bit-identical results from both (tests/runtime/test_accelerated_equivalence.py).
+test suite requires bit-identical results from both (tests/coreml/interpreter/test_accelerated_equivalence.py).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Every MIL op type the Core ML lowering can emit is cross-checked against coremltools'
-value_inference (tests/runtime/test_reference_*.py), or listed with the reason it cannot be
+value_inference (tests/coreml/interpreter/test_reference_*.py), or listed with the reason it cannot be
 and the test that checks it instead.
 
 The emitted set is found statically: every ``b.op("type", ...)`` / ``Ew.unary|binary|
@@ -19,7 +19,7 @@ import jax
 
 import rlxjax
 from _crosscheck import CHECKED
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 from test_reference_ops import OPS_WITHOUT_VALUE_INFERENCE
 import test_reference_shape_ops  # noqa: F401  (fills CHECKED with its cross-checked ops)
 import test_reference_constexpr  # noqa: F401  (fills CHECKED: weights decompressed at load)
@@ -116,7 +116,7 @@ def emitted_ops():
     sites = _computed_sites()
     unknown = sorted(set(computed) - set(sites) - FORWARDERS)
     assert not unknown, (f"MIL op emitted with a computed type at {unknown}: add the site to "
-                         "_computed_sites() in tests/runtime/test_emitted_ops.py")
+                         "_computed_sites() in tests/coreml/interpreter/test_emitted_ops.py")
     stale = sorted(set(sites) - set(computed))
     assert not stale, f"_computed_sites() lists sites that no longer exist: {stale}"
     out = set(literal) | {"const"}
@@ -133,7 +133,7 @@ def test_every_emitted_op_is_cross_checked_or_listed():
     covered = CHECKED | set(OPS_WITHOUT_VALUE_INFERENCE) | set(CHECKED_OTHERWISE)
     assert not emitted - covered, (
         f"emitted MIL ops neither cross-checked against coremltools' value_inference in "
-        f"tests/runtime nor listed with their substitute check: {sorted(emitted - covered)}")
+        f"tests/coreml/interpreter nor listed with their substitute check: {sorted(emitted - covered)}")
     assert not set(CHECKED_OTHERWISE) & CHECKED, "listed as checked otherwise but cross-checked"
 
 

@@ -10,7 +10,7 @@ import pytest
 import coremltools as ct
 from coremltools.converters.mil import Builder as mb
 
-from rlxjax.runtime.reference import ReferenceProgram, ReferenceRuntimeError
+from rlxjax.coreml.interpreter import ReferenceProgram, ReferenceRuntimeError
 
 logging.getLogger("coremltools").setLevel(logging.ERROR)
 

@@ -10,7 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 from _crosscheck import IOS15, IOS16, IOS17, checks, cross_check
 from helpers import examples
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
 SETTINGS = settings(max_examples=examples(25), deadline=None)
 F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_

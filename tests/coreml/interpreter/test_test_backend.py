@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import rlxjax
-from rlxjax.runtime import backends, make_backend
+from rlxjax.coreml import backends
+from rlxjax.coreml.backends import make_backend
 
 from helpers import TEST_BACKEND, check_against_jax
 
@@ -40,7 +41,7 @@ def test_reference_requests_run_on_the_chosen_reference_path():
     """RLXJAX_TEST_BACKEND=reference-fast: what the library makes for backend="reference"
     runs on the accelerated path; by default on the oracle; "reference-fast" always
     accelerated."""
-    from rlxjax.runtime.reference import AcceleratedProgram, ReferenceProgram
+    from rlxjax.coreml.interpreter import AcceleratedProgram, ReferenceProgram
 
     if TEST_BACKEND == "coreml":  # pragma: no cover - macOS only
         pytest.skip("programs run on Core ML")

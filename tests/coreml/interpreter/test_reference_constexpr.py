@@ -14,7 +14,7 @@ from coremltools.converters.mil.mil import Function
 from hypothesis import given, settings, strategies as st
 
 from _crosscheck import IOS16, checks
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
 IOS18 = ct.target.iOS18
 checks("constexpr_cast", "constexpr_affine_dequantize", "constexpr_blockwise_shift_scale",

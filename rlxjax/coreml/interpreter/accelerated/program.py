@@ -11,7 +11,7 @@ runs the same numpy arithmetic with less Python around it:
 
 Feeds, states, output checks on first execution and error messages are the oracle's own (this
 class only overrides how an op is called and how the function's block runs). Results must be
-bit-identical to the oracle's: tests/runtime/test_accelerated_equivalence.py runs a corpus of
+bit-identical to the oracle's: tests/coreml/interpreter/test_accelerated_equivalence.py runs a corpus of
 programs on both, and ``RLXJAX_TEST_BACKEND=reference-fast`` runs the whole suite on this path.
 Training loops that want speed opt in with ``backend="reference-fast"``; the tests that compare
 with JAX use the oracle.

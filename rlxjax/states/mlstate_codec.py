@@ -1,4 +1,4 @@
-"""The codecs of ``state="mlstate"`` (training/mlstate.py's module doc): how a format's
+"""The codecs of ``state="mlstate"`` (states/mlstate.py's module doc): how a format's
 states hold the fp32 / int32 leaves - Core ML's exact three fp16 pieces (``F16x3``), Core
 AI's values as they are (``Plain``), the rounded fp16 opt-in of inference caches (``F16``) -
 and the fp16 codec traced into the program."""

@@ -8,7 +8,7 @@ import coremltools as ct
 from coremltools.converters.mil import Builder as mb
 from coremltools.converters.mil.mil import Function, types
 
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
 # value_inference stores float64 results into fp32 vars and says so on every call.
 logging.getLogger("coremltools").setLevel(logging.ERROR)

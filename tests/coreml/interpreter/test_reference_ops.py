@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 from _crosscheck import CHECKED, IOS15, IOS17, checks, cross_check, mine_inputs
 from helpers import examples
-from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
 SETTINGS = settings(max_examples=examples(25), deadline=None)
 F32, F16, I32, BOOL = np.float32, np.float16, np.int32, np.bool_
@@ -342,7 +342,7 @@ def test_matmul_rank1_vs_numpy(sx, sy):
 
 def test_matmul_mixed():
     """iOS17 mixed fp16/fp32 operands (one const): the declared output dtype decides."""
-    from rlxjax.runtime.reference.ops import OUTPUT_DTYPES_KEY
+    from rlxjax.coreml.interpreter.ops import OUTPUT_DTYPES_KEY
 
     x = np.arange(6, dtype=F16).reshape(2, 3)
     y = np.linspace(-1, 1, 12, dtype=F32).reshape(3, 4)
@@ -461,7 +461,7 @@ def test_scaled_dot_product_attention(op, data):
     # up to ~20 rounded to fp16's 2^-8..2^-5 spacing: errors of several 1e-3 in the result),
     # so it cannot arbitrate; the reference computes in fp32 and rounds once. Check it against
     # the op's definition (coremltools' formula) evaluated in float64.
-    from rlxjax.runtime.reference.ops import MIL_OP_IMPLS
+    from rlxjax.coreml.interpreter.ops import MIL_OP_IMPLS
 
     q, k, v = (kw[n].astype(np.float64) for n in ("query", "key", "value"))
     s = q @ k.swapaxes(-1, -2) / np.sqrt(q.shape[-1])

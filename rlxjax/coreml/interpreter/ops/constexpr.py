@@ -4,7 +4,7 @@ The interpreter evaluates them once, while loading (their inputs are all constan
 binds the results like const values. Semantics from coremltools' op definitions
 (``ops/defs/iOS16/constexpr_ops.py``, ``ops/defs/iOS18/compression.py``), computed here
 with plain numpy and cross-checked against their value_inference
-(tests/runtime/test_reference_constexpr.py):
+(tests/coreml/interpreter/test_reference_constexpr.py):
 
 * ``constexpr_cast``: fp16 -> fp32;
 * ``constexpr_affine_dequantize`` (iOS16): ``scale * (data - zero_point)`` with scale and

@@ -24,7 +24,7 @@ def reference_program(model, weights_dir, *, accelerated: bool = False,
                       function: str = "main"):
     """The reference interpreter loaded with ``function`` of ``model``: the oracle, or its
     accelerated path."""
-    from .reference import AcceleratedProgram, ReferenceProgram
+    from .interpreter import AcceleratedProgram, ReferenceProgram
 
     return (AcceleratedProgram if accelerated else ReferenceProgram)(model, weights_dir,
                                                                       function=function)

@@ -1,7 +1,7 @@
 """``state="mlstate"``: the graph rewrite from an io-mode training graph to one on states.
 
 ``rewrite_to_states`` replaces the parameter and optimizer-state inputs of a training graph
-by the format's states, decoded (training/mlstate.py ``unpack``), and its new values by the
+by the format's states, decoded (states/mlstate.py ``unpack``), and its new values by the
 encoded writes (``pack``). Two things keep the step's temporaries small:
 
 * **Reading again** (``phase_of``): a decoded parameter read in the forward pass, again in

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import rlxjax
-from rlxjax.runtime.reference import AcceleratedProgram, ReferenceProgram, ReferenceRuntimeError
+from rlxjax.coreml.interpreter import AcceleratedProgram, ReferenceProgram, ReferenceRuntimeError
 
 from fuzz_interp import make_inputs, run
 from fuzz_programs import programs
