@@ -145,6 +145,7 @@ def check_generate(kind, sampler, fmt="mlpackage", mask_dtype=bool):
     return f, state, inputs
 
 
+@pytest.mark.slow  # the default run keeps top-k (Core ML) and top-p (Core AI) generation
 def test_gpt2_lora_steps_and_greedy_generate():
     check_lora("gpt2", steps=3)
     check_generate("gpt2", "greedy")

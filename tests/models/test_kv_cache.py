@@ -148,6 +148,7 @@ def test_fp16_cache_states_opt_in():
     assert 1e-5 < err < 5e-3      # measured 5.6e-4: ~500x the exact states' error
 
 
+@pytest.mark.slow  # the default run has tests/models/test_llm_asset.py: the same asset kind
 def test_lora_train_prefill_decode_package_equals_jax(tmp_path):
     """One package, train_step + prefill + decode over one set of weights and adapters:
     LoRA steps through the package, then generation with the weights they wrote, against
