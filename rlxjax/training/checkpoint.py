@@ -86,8 +86,10 @@ def load_checkpoint(path, like: Sequence[np.ndarray]) -> Tuple[int, List[np.ndar
                 raise _broken(path, f"it lacks {missing}")
             leaves = [z[f"leaf_{i}"] for i in range(n)]
             step = int(z["step"])
+    # RuntimeError / NotImplementedError: zipfile on a flipped flag bit of a member's header
+    # ("File ... is encrypted", "compressed patched data")
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, TypeError,
-            UnicodeDecodeError) as e:
+            UnicodeDecodeError, RuntimeError) as e:
         if isinstance(e, RlxError):
             raise
         raise _broken(path, f"{type(e).__name__}: {e}") from None
