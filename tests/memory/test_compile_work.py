@@ -24,13 +24,12 @@ import os
 import sys
 
 import jax
-import numpy as np
 import optax
 import pytest
 
 import rlxjax
 
-from test_order_work import VOCAB, SEQ, _Decoder
+from test_order_work import decoder_lm
 
 _BOUND = 2.2  # linear work: <= 2x from depth 2 to 4; quadratic: up to 4x
 _ROOT = os.path.dirname(os.path.abspath(rlxjax.__file__)) + os.sep
@@ -71,13 +70,7 @@ def _count_calls(fn):
 
 
 def _compile(layers: int):
-    model = _Decoder(layers)
-    tokens = np.random.default_rng(0).integers(0, VOCAB, (1, SEQ + 1)).astype(np.int32)
-    params = model.init(jax.random.PRNGKey(0), tokens[:, :-1])
-
-    def loss(p, seq):
-        logits = model.apply(p, seq[:, :-1])
-        return optax.softmax_cross_entropy_with_integer_labels(logits, seq[:, 1:]).mean()
+    params, tokens, loss = decoder_lm(layers)
 
     def trained(path, leaf):
         return "Embed" in jax.tree_util.keystr(path)

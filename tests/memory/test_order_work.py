@@ -49,7 +49,9 @@ class _Decoder(nn.Module):
         return emb.attend(x)
 
 
-def _work(layers: int):
+def decoder_lm(layers: int):
+    """(params, tokens, loss) of the decoder at ``layers`` layers: next-token cross entropy
+    (tests/memory/test_compile_work.py compiles the same model)."""
     model = _Decoder(layers)
     tokens = np.random.default_rng(0).integers(0, VOCAB, (1, SEQ + 1)).astype(np.int32)
     params = model.init(jax.random.PRNGKey(0), tokens[:, :-1])
@@ -58,6 +60,11 @@ def _work(layers: int):
         logits = model.apply(p, seq[:, :-1])
         return optax.softmax_cross_entropy_with_integer_labels(logits, seq[:, 1:]).mean()
 
+    return params, tokens, loss
+
+
+def _work(layers: int):
+    params, tokens, loss = decoder_lm(layers)
     opt = optax.adam(1e-3)
     mil_order.WORK.clear()
     rlxjax.coreml_train_step(loss, opt).lower(params, opt.init(params), tokens).compile()
