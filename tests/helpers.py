@@ -214,3 +214,17 @@ def bits(a):
     NaN payloads)."""
     a = np.asarray(a)
     return a.view({4: np.uint32, 2: np.uint16}[a.dtype.itemsize])
+
+
+def skip_module_without(*modules: str) -> None:
+    """Skip the calling test module when any of ``modules`` is not installed, without
+    importing them (``pytest.importorskip`` imports: flwr-datasets pulls in Flower's
+    simulation and its plotting, seconds in every xdist worker at collection)."""
+    import importlib.util
+
+    import pytest
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (pip install 'rlxjax[flower]')",
+                    allow_module_level=True)

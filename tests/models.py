@@ -1,6 +1,8 @@
 """Small models shared by the model-level tests and the benchmarks (flax.linen)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -111,31 +113,45 @@ def onehot(seed, n, classes):
     return np.eye(classes, dtype=np.float32)[r.integers(0, classes, n)]
 
 
-def workloads():
-    """name -> (loss(params, *batch), params, batch): the models above as training losses."""
-    out = {}
+def _mlp_layernorm():
     x, = rng_data(0, (8, 16))
     y = onehot(1, 8, 4)
     m = MLP()
-    out["mlp_layernorm"] = (lambda p, x, y: cross_entropy(m.apply(p, x), y),
-                            m.init(jax.random.PRNGKey(0), x), (x, y))
+    return (lambda p, x, y: cross_entropy(m.apply(p, x), y),
+            m.init(jax.random.PRNGKey(0), x), (x, y))
+
+
+def _transformer_block():
     xt, = rng_data(2, (2, 8, 32))
     tb = TransformerBlock()
-    out["transformer_block"] = (lambda p, x: jnp.mean(tb.apply(p, x) ** 2),
-                                tb.init(jax.random.PRNGKey(1), xt), (xt,))
+    return (lambda p, x: jnp.mean(tb.apply(p, x) ** 2), tb.init(jax.random.PRNGKey(1), xt),
+            (xt,))
+
+
+def _channelnet_groupnorm():
     xc, = rng_data(3, (2, 4, 4, 3))
     cn = ChannelNet()
     yc = onehot(4, 2, 4)
-    out["channelnet_groupnorm"] = (lambda p, x, y: cross_entropy(cn.apply(p, x), y),
-                                   cn.init(jax.random.PRNGKey(2), xc), (xc, yc))
+    return (lambda p, x, y: cross_entropy(cn.apply(p, x), y),
+            cn.init(jax.random.PRNGKey(2), xc), (xc, yc))
+
+
+def _cnn_groupnorm():
     xi, = rng_data(8, (2, 8, 8, 3))
     cnn = CNN()
-    out["cnn_groupnorm"] = (lambda p, x, y: cross_entropy(cnn.apply(p, x), y),
-                            cnn.init(jax.random.PRNGKey(5), xi), (xi, yc))
+    yc = onehot(4, 2, 4)
+    return (lambda p, x, y: cross_entropy(cnn.apply(p, x), y),
+            cnn.init(jax.random.PRNGKey(5), xi), (xi, yc))
+
+
+def _dit_block():
     xd, cd = rng_data(5, (2, 6, 32), (2, 16))
     dit = DiTBlock()
-    out["dit_block"] = (lambda p, x, c: jnp.mean(dit.apply(p, x, c) ** 2),
-                        dit.init(jax.random.PRNGKey(3), xd, cd), (xd, cd))
+    return (lambda p, x, c: jnp.mean(dit.apply(p, x, c) ** 2),
+            dit.init(jax.random.PRNGKey(3), xd, cd), (xd, cd))
+
+
+def _batchnorm_train():
     xb, = rng_data(6, (8, 5))
     yb = onehot(7, 8, 4)
     bn = BNNet()
@@ -146,8 +162,49 @@ def workloads():
                                mutable=["batch_stats"])
         return cross_entropy(logits, y), upd["batch_stats"]
 
-    out["batchnorm_train"] = (bn_loss, vb["params"], (vb["batch_stats"], xb, yb))
-    return out
+    return (bn_loss, vb["params"], (vb["batch_stats"], xb, yb))
+
+
+_WORKLOAD_BUILDERS = {"mlp_layernorm": _mlp_layernorm, "transformer_block": _transformer_block,
+                      "channelnet_groupnorm": _channelnet_groupnorm,
+                      "cnn_groupnorm": _cnn_groupnorm, "dit_block": _dit_block,
+                      "batchnorm_train": _batchnorm_train}
+
+
+class _Workloads(Mapping):
+    """The workloads by name, each model built (flax init: XLA compiles) when first read.
+
+    Test modules name the workloads at import (``parametrize(sorted(workloads()))``) and
+    pytest imports every module in every xdist worker to collect it: building all six models
+    there cost each worker seconds per importing module, for tests it then deselected."""
+
+    def __init__(self):
+        self._built = {}
+
+    def __getitem__(self, name):
+        if name not in self._built:
+            self._built[name] = _WORKLOAD_BUILDERS[name]()
+        loss, params, batch = self._built[name]
+        # fresh containers and numpy copies: a test that edits its copy changes no other's
+        fresh = jax.tree_util.tree_map(
+            lambda a: a.copy() if isinstance(a, np.ndarray) else a, (params, batch))
+        return (loss, *fresh)
+
+    def __iter__(self):
+        return iter(_WORKLOAD_BUILDERS)
+
+    def __len__(self):
+        return len(_WORKLOAD_BUILDERS)
+
+
+_WORKLOADS = _Workloads()
+
+
+def workloads():
+    """name -> (loss(params, *batch), params, batch): the models above as training losses,
+    built once per process on first read; each read gets its own containers and numpy
+    copies (the jax arrays are immutable; the loss closures are pure)."""
+    return _WORKLOADS
 
 
 # -- a causal LM with a KV cache, as flax writes a decoder (tests/models/test_kv_cache.py,

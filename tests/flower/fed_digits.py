@@ -11,19 +11,32 @@ import optax
 
 import rlxjax
 
-# the model, its loss and metrics are the example App's (examples/flower/rlxjax_digits/)
-from rlxjax_digits.task import BATCH, HIDDEN, RANK, loss, mlp  # noqa: E402,F401
-from rlxjax_digits.task import initial_tree as _initial_tree  # noqa: E402
-from rlxjax_digits.task import metrics as accuracy  # noqa: E402,F401
+# the model, its loss and metrics are the example App's (examples/flower/rlxjax_digits/),
+# read from it on first use: importing the App's module builds its TASK (an XLA compile),
+# which every pytest worker would otherwise pay while collecting the Flower tests
+_FROM_TASK = {"BATCH": "BATCH", "HIDDEN": "HIDDEN", "RANK": "RANK", "loss": "loss",
+              "mlp": "mlp", "accuracy": "metrics"}
+
+
+def _task():
+    import rlxjax_digits.task
+
+    return rlxjax_digits.task
+
+
+def __getattr__(name):
+    if name in _FROM_TASK:
+        return getattr(_task(), _FROM_TASK[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def initial_tree(seed=0):
-    return jax.tree_util.tree_map(np.asarray, _initial_tree(seed))
+    return jax.tree_util.tree_map(np.asarray, _task().initial_tree(seed))
 
 
 def mse_loss(tree, x, y):
     """A squared-error loss (what Core AI's first slice lowers: no log_softmax yet)."""
-    return jnp.mean((mlp(rlxjax.lora.merge(tree), x) - y) ** 2)
+    return jnp.mean((_task().mlp(rlxjax.lora.merge(tree), x) - y) ** 2)
 
 
 def digits():
@@ -38,13 +51,14 @@ def node_batches(num_nodes, max_batches=4, alpha=0.5, seed=42):
     from rlxjax.flower import dirichlet_partitions
 
     x, y = digits()
+    batch = _task().BATCH
     parts = dirichlet_partitions(y, num_nodes, alpha=alpha, seed=seed,
-                                 min_partition_size=BATCH * 2)
+                                 min_partition_size=batch * 2)
     out = []
     for idx in parts:
-        nb = min(max_batches, len(idx) // BATCH)
-        out.append([(x[idx[i * BATCH:(i + 1) * BATCH]],
-                     np.eye(10, dtype=np.float32)[y[idx[i * BATCH:(i + 1) * BATCH]]])
+        nb = min(max_batches, len(idx) // batch)
+        out.append([(x[idx[i * batch:(i + 1) * batch]],
+                     np.eye(10, dtype=np.float32)[y[idx[i * batch:(i + 1) * batch]]])
                     for i in range(nb)])
     return out
 
@@ -61,7 +75,7 @@ def reference_fedavg(base, lora, opt, batches, *, rounds, local_steps, reset=Fal
     examples seen (``reset``: each round from ``opt.init``; ``clip``: each node's update
     scaled to L2 norm <= clip over all leaves, as Flower's fixedclipping_mod does). Returns
     (global adapters after each round, each node's optimizer state at the end)."""
-    loss_fn = loss if loss_fn is None else loss_fn
+    loss_fn = _task().loss if loss_fn is None else loss_fn
     grad = jax.jit(jax.grad(lambda l, x, y: loss_fn({"base": base, "lora": l}, x, y)))
     states = [opt.init(lora) for _ in batches]
     steps = [0] * len(batches)
@@ -82,7 +96,7 @@ def reference_fedavg(base, lora, opt, batches, *, rounds, local_steps, reset=Fal
                 f = min(1.0, clip / norm)
                 p = jax.tree_util.tree_map(lambda g, x: (g + f * x).astype(np.float32), glob, d)
             news.append(p)
-            weights.append(local_steps * BATCH)
+            weights.append(local_steps * _task().BATCH)
         w = np.asarray(weights, np.float64) / np.sum(weights)
         glob = jax.tree_util.tree_map(
             lambda *xs: np.sum([wi * np.asarray(x, np.float64) for wi, x in zip(w, xs)],

@@ -6,9 +6,9 @@ Deployment Engines."""
 import numpy as np
 import pytest
 
-pytest.importorskip("flwr")
-pytest.importorskip("flwr_datasets")
-pytest.importorskip("sklearn")
+from helpers import skip_module_without  # noqa: E402
+
+skip_module_without("flwr", "flwr_datasets", "sklearn")
 
 import jax  # noqa: E402
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict  # noqa: E402

@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-pytest.importorskip("flwr")
-pytest.importorskip("flwr_datasets")
-pytest.importorskip("sklearn")
+from helpers import skip_module_without  # noqa: E402
+
+skip_module_without("flwr", "flwr_datasets", "sklearn")
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

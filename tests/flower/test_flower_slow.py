@@ -5,15 +5,13 @@ import os
 import numpy as np
 import pytest
 
-pytest.importorskip("flwr")
-pytest.importorskip("ray")
-pytest.importorskip("flwr_datasets")
-pytest.importorskip("sklearn")
+from helpers import skip_module_without  # noqa: E402
+
+skip_module_without("flwr", "ray", "flwr_datasets", "sklearn")
 
 import jax  # noqa: E402
 from flwr.client.mod import secaggplus_mod  # noqa: E402
 from flwr.serverapp.strategy import FedAvg  # noqa: E402
-from flwr.simulation import run_simulation  # noqa: E402
 
 import rlxjax  # noqa: E402
 from rlxjax.flower import (NodeData, Task, client_app, partition_of,  # noqa: E402
@@ -43,6 +41,10 @@ def actors_import_the_tests():
 
 
 def _simulate(server, client, n):
+    # imported here: Flower's simulation (Ray) takes seconds to import, which every xdist
+    # worker would pay collecting this -m slow module in the default run
+    from flwr.simulation import run_simulation
+
     run_simulation(server, client, num_supernodes=n,
                    backend_config={"client_resources": {"num_cpus": 1},
                                    "init_args": {"num_cpus": 2}})

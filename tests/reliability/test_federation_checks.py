@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("flwr")
-pytest.importorskip("flwr_datasets")
-pytest.importorskip("sklearn")
+from helpers import skip_module_without  # noqa: E402
+
+skip_module_without("flwr", "flwr_datasets", "sklearn")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "flower"))
