@@ -72,6 +72,8 @@ def test_inspect_bad_path_is_one_line_exit_2(tmp_path, capsys, kind):
             "corrupt": "cannot read the Core ML package"}[kind] in err
 
 
+# ~5.5 s: the demo's failure path (the demo's success path stays in the default run)
+@pytest.mark.slow
 def test_demo_exits_nonzero_when_losses_disagree(tmp_path, capsys, monkeypatch):
     import rlxjax.demo
 

@@ -174,6 +174,8 @@ def test_random_device_points_to_random_inputs():
                           format="aimodel")
 
 
+# ~8.4 s: an edge case of the fused masked attention (a row masked whole)
+@pytest.mark.slow
 def test_bool_masked_attention_with_a_fully_masked_row_runs_fused_as_jax():
     """GQA attention with a bool input mask (one row all False: the mean of v, as JAX's
     dot_product_attention gives), forward and gradient on Core AI's runtime."""

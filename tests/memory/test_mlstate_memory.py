@@ -58,6 +58,8 @@ def _measure(monkeypatch, rereads=True, sink=True):
     return step, st, measured(c, *batch, state=True)
 
 
+# ~12 s (two state-step compiles measured); test_mlstate_chunks keeps a measured-peak test in the default run
+@pytest.mark.slow
 def test_reading_again_and_sunk_slices_lower_the_measured_peak(monkeypatch):
     step, _, now = _measure(monkeypatch)
     assert_agrees(step.memory_analysis(), now)

@@ -74,6 +74,8 @@ def _tok():
     return np.zeros((1, 1), np.int32)
 
 
+# ~8.5 s; tests/models/test_llm_asset.py runs a prefill + decode package on both formats by default
+@pytest.mark.slow
 def test_prefill_decode_package_generates_as_jax(tmp_path):
     params, cache = _init()
     want, want_logits, want_cache = _jax_generate_base()

@@ -137,8 +137,12 @@ def _io_train_step(loss, opt):
 
 
 #: the batch-norm training model is ~18 s of the default run (its batch statistics go through
-#: the same ops as the others' norms): -m slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "batchnorm_train"
+#: the same ops as the others' norms), the channel net ~17 s (its group norm is the CNN's):
+#: -m slow
+_SLOW_MODELS = ("batchnorm_train", "channelnet_groupnorm")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW_MODELS
                                   else n for n in sorted(workloads())])
 def test_training_step_of_every_model(name):
     """Forward + backward + adam of each model in tests/models.py, fp32 and (one) fp16."""

@@ -16,6 +16,7 @@ import ast
 import os
 
 import jax
+import pytest
 
 import rlxjax
 from _crosscheck import CHECKED
@@ -168,6 +169,8 @@ def _small_programs():
             (lambda x: jnp.sum(misc(x)), (x,), (), True)]
 
 
+# ~22 s: seven programs of every family compiled; the static scan's own tests stay in the default run
+@pytest.mark.slow
 def test_compiled_programs_stay_inside_the_static_set():
     emitted = emitted_ops()
     seen = set()
