@@ -22,11 +22,32 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-keras_hub = pytest.importorskip("keras_hub")
-keras = pytest.importorskip("keras")
-optax = pytest.importorskip("optax")
-if keras.config.backend() != "jax":
-    pytest.skip("Keras runs on another backend (set KERAS_BACKEND=jax)", allow_module_level=True)
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+
+if any(importlib.util.find_spec(m) is None for m in ("keras_hub", "keras", "optax")):
+    pytest.skip("needs keras, keras-hub and optax (see the module docstring)",
+                allow_module_level=True)
+
+
+class _OnFirstUse:
+    """A module imported when first read: Keras takes seconds to import, which every xdist
+    worker would pay collecting this module (most of its tests are -m slow)."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+keras_hub, keras, optax = _OnFirstUse("keras_hub"), _OnFirstUse("keras"), _OnFirstUse("optax")
+
+
+@pytest.fixture(autouse=True)
+def _keras_on_jax():
+    if keras.config.backend() != "jax":
+        pytest.skip("Keras runs on another backend (set KERAS_BACKEND=jax)")
 
 import rlxjax  # noqa: E402
 import rlxjax.keras as rk  # noqa: E402
