@@ -53,11 +53,11 @@ _POW2 = np.ldexp(np.float32(1), np.arange(_E_MIN, _E_MAX + 1)).astype(np.float32
 def decode_f32(code, hi, lo):
     """Inverse of ``encode_f32``: m from the fraction digits, 2^e looked up in ``_POW2``
     (a gather: data movement, no arithmetic) and one multiplication, exact because m * 2^e
-    is the fp32 value that was encoded (a NaN is carried by ``hi``; codes made by the codec
-    index the table, others are clipped to it)."""
+    is the fp32 value that was encoded (a NaN is carried by ``hi``). Every code the codec
+    makes indexes the table (the gather clamps any other, as XLA's does)."""
     c, h, l_ = (p.astype(jnp.float32) for p in (code, hi, lo))
     y = 1.0 + (h * 4096.0 + l_) * 2.0 ** -23
-    k = jnp.clip(jnp.abs(c) - (BIAS + _E_MIN), 0, _E_MAX - _E_MIN).astype(jnp.int32)
+    k = (jnp.abs(c) - (BIAS + _E_MIN)).astype(jnp.int32)
     dims = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
                                       start_index_map=(0,))
     y = y * lax.gather(jnp.asarray(_POW2), k[..., None], dims, (1,),
