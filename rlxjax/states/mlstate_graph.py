@@ -14,7 +14,7 @@ encoded writes (``pack``). Two things keep the step's temporaries small:
   are graph inputs of their own, so no CSE merges them back; the memory order
   (coreml/mil_order.py) moves each to where its phase first needs it. Only for a codec
   that computes when it reads (``Codec.read_again``: Core ML's fp16 pieces); it costs one
-  more decode of the parameters per extra phase (~75 elementwise ops per value).
+  more decode of the parameters per extra phase (~15 ops per chunk).
 * **Sinking the chunk slices** (``sink_slices``): ``pack`` cuts every new leaf into the
   codec's chunks (``reshape(-1)`` then a slice per chunk). When a new leaf is computed by
   elementwise ops only (an optax update: ``p + u``, Adam's moments), the slice is moved

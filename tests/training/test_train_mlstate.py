@@ -83,6 +83,25 @@ def test_program_codec_keeps_every_bit():
         np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
+def test_program_codec_keeps_every_exponent_boundary():
+    """The in-program codec estimates each exponent from a log and settles it by exact
+    comparisons: every power of two from the smallest subnormal to 2^127, its neighbours
+    (where floor(log2) is most easily off by one) and their negatives come back bit for
+    bit from a reference-backend step whose update is the identity."""
+    p2 = np.ldexp(np.float32(1), np.arange(-149, 128)).astype(np.float32)
+    near = np.concatenate([p2, np.nextafter(p2, np.float32(0)),
+                           np.nextafter(p2, np.float32(np.inf))])
+    w = np.concatenate([near, -near]).astype(np.float32)
+    w = w[np.isfinite(w)]
+    step = rlxjax.coreml_train_step(lambda p, x: (p["w"] * 0).sum() * x.sum(),
+                                    optax.sgd(0.0), state="mlstate", backend="reference")
+    state, _ = step(step.init({"w": w}), np.ones(2, np.float32))
+    np.testing.assert_array_equal(_bits(step.params(state)["w"]), _bits(w))
+    pieces = state.device.read_pieces()
+    for a, b in zip((pieces[f"state.f32.{p}"] for p in M.F32_PIECES), M.encode_f32_np(w)):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_jax_optax_and_io_mode_bitwise(name):
     loss, params, batch = _workload("mlp_layernorm")
