@@ -23,6 +23,11 @@ written, coreml/cost.py's static model) for io and state.
 that cost most). If ``bench/coreai_calls.py`` exists (the worker transport's table), its
 ``main()`` runs too (``--sizes`` passed on to it). Run: ``python bench/coreai_speed.py
 [repeats] [--profile] [--only NAME] [--sizes 4,1K,...]``.
+
+``--coreml`` prints only the Core ML counts (no runtime needed; issue 37, deliverable 2):
+per model, the io and state steps' non-const MIL ops, MB read + written and the estimated
+peak of temporaries (``memory_analysis``). A/B against another checkout:
+``PYTHONPATH=<checkout> python bench/coreai_speed.py --coreml``.
 """
 from __future__ import annotations
 
@@ -272,10 +277,34 @@ def _histogram(compiled, kinds=("transpose", "reshape", "broadcast_to", "pad", "
     return {k: ops[k] for k in kinds if ops[k]}
 
 
+def coreml_counts(only=None):
+    """``--coreml``: the Core ML io and state steps of each model, counted."""
+    print(f"rlxjax from {os.path.dirname(rlxjax.__file__)}")
+    print(f"{'model':12} {'ops io':>7} {'state':>6} {'st/io':>6} {'MB io':>9} {'state':>9} "
+          f"{'st/io':>6} {'temp MiB io':>11} {'state':>7}")
+    for name, make in MODELS.items():
+        if only and name != only:
+            continue
+        _, params, _, loss, batch = make()
+        got = {}
+        for mode in ("io", "mlstate"):
+            step = rlxjax.coreml_train_step(loss, optax.adam(1e-3), state=mode,
+                                            target="iOS18")
+            step.init(params, *batch)
+            cost = step.last_compiled.cost_analysis()
+            got[mode] = (cost["mil_ops"], (cost["bytes_read"] + cost["bytes_written"]) / 1e6,
+                         step.memory_analysis().temp_size_in_bytes / 2 ** 20)
+        (oi, bi, ti), (os_, bs, ts) = got["io"], got["mlstate"]
+        print(f"{name:12} {oi:7d} {os_:6d} {os_ / oi:6.2f} {bi:9.1f} {bs:9.1f} {bs / bi:6.2f} "
+              f"{ti:11.2f} {ts:7.2f}", flush=True)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     profile = "--profile" in argv
     only = argv[argv.index("--only") + 1] if "--only" in argv else None
+    if "--coreml" in argv:
+        return coreml_counts(only)
     nums = [a for a in argv if a.isdigit()]
     repeats = int(nums[0]) if nums else 20
     from importlib.metadata import version

@@ -13,25 +13,46 @@ from jax import lax
 from .mlstate_np import (BIAS, I32_BASE, decode_f32_np, decode_i32_np,
                          encode_f32_np, encode_i32_np)
 
-_UP = (64, 32, 16, 8, 4, 2, 1)          # exponents up to 127
-_DOWN = (64, 64, 32, 16, 8, 4, 2, 1)    # down to -191 (fp32 subnormals reach -149)
 F32_PIECES = ("exp", "hi", "lo")
 I32_PIECES = ("hi", "mid", "lo")
 
 
+#: 2^e for every exponent a nonzero fp32 value has as m * 2^e, m in [1, 2) (subnormals'
+#: down to -149; an infinity's is 127 in ``encode_f32``): ``decode_f32`` reads its power of
+#: two from this table, each entry an fp32 value exactly
+_E_MIN, _E_MAX = -149, 127
+_POW2 = np.ldexp(np.float32(1), np.arange(_E_MIN, _E_MAX + 1)).astype(np.float32)
+
+#: 2^-e as two factors, each an fp32 value (2^149 is not): |x| * first * second scales by
+#: 2^-e exactly (powers of two, the intermediate m * 2^(e - e // 2) a normal number)
+_E = np.arange(_E_MIN, _E_MAX + 1)
+_INV_FIRST = np.ldexp(np.float32(1), -(_E // 2)).astype(np.float32)
+_INV_SECOND = np.ldexp(np.float32(1), -(_E - _E // 2)).astype(np.float32)
+_DIMS = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,),
+                                   start_index_map=(0,))
+
+
+def _lookup(table, k):
+    """``table[k]`` elementwise (a gather: data movement, no arithmetic)."""
+    return lax.gather(jnp.asarray(table), k[..., None], _DIMS, (1,),
+                      mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
+
+
 # -- the codec inside the program (traced like any JAX code) ------------------------------
 def encode_f32(x):
-    """fp32 vector -> three fp16 vectors (see module doc)."""
+    """fp32 vector -> three fp16 vectors (see module doc). e is first estimated as
+    floor(log2 |x|), then settled by exact comparisons: |x| is scaled by 2^-e with two
+    multiplications by powers of two (table lookups), and m = |x| * 2^-e is brought into
+    [1, 2) by one halving or doubling (each exact). The pieces are exact whenever the
+    runtime's log is within 1 of log2 |x| (an error of a factor of 2 in |x|)."""
     a = jnp.abs(x)
-    # e starts from the first step's 0 / 64 (a cast, not a zeros constant the size of x)
-    c = a >= 2.0 ** _UP[0]
-    y, e = jnp.where(c, a * 2.0 ** -_UP[0], a), c.astype(a.dtype) * float(_UP[0])
-    for k in _UP[1:]:
-        c = y >= 2.0 ** k
-        y, e = jnp.where(c, y * 2.0 ** -k, y), jnp.where(c, e + k, e)
-    for k in _DOWN:
-        c = y < 2.0 ** (1 - k)
-        y, e = jnp.where(c, y * 2.0 ** k, y), jnp.where(c, e - k, e)
+    e = jnp.clip(jnp.floor(jnp.log2(a)), _E_MIN, _E_MAX)   # |x| = 0: -inf, clipped
+    k = (e - _E_MIN).astype(jnp.int32)
+    y = a * _lookup(_INV_FIRST, k) * _lookup(_INV_SECOND, k)   # m in [0.5, 4)
+    c = y >= 2.0
+    y, e = jnp.where(c, y * 0.5, y), jnp.where(c, jnp.minimum(e + 1.0, _E_MAX), e)  # inf
+    c = y < 1.0
+    y, e = jnp.where(c, y * 2.0, y), jnp.where(c, e - 1.0, e)
     f = (y - 1.0) * 2.0 ** 23               # the fraction bits as an integer < 2^23
     hi = jnp.floor(f * 2.0 ** -12)
     lo = f - hi * 4096.0
@@ -44,16 +65,14 @@ def encode_f32(x):
 
 
 def decode_f32(code, hi, lo):
-    """Inverse of ``encode_f32``."""
+    """Inverse of ``encode_f32``: m from the fraction digits, 2^e looked up in ``_POW2``
+    (a gather: data movement, no arithmetic) and one multiplication, exact because m * 2^e
+    is the fp32 value that was encoded (a NaN is carried by ``hi``). Every code the codec
+    makes indexes the table (the gather clamps any other, as XLA's does)."""
     c, h, l_ = (p.astype(jnp.float32) for p in (code, hi, lo))
     y = 1.0 + (h * 4096.0 + l_) * 2.0 ** -23
-    e = jnp.abs(c) - BIAS
-    for k in _UP:
-        t = e >= k
-        y, e = jnp.where(t, y * 2.0 ** k, y), jnp.where(t, e - k, e)
-    for k in _DOWN:
-        t = e <= -k
-        y, e = jnp.where(t, y * 2.0 ** -k, y), jnp.where(t, e + k, e)
+    k = (jnp.abs(c) - (BIAS + _E_MIN)).astype(jnp.int32)
+    y = y * _lookup(_POW2, k)
     return jnp.where(c == 0, c, jnp.where(c < 0, -y, y))
 
 
