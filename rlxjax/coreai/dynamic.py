@@ -92,6 +92,7 @@ class DynCtx(Ctx):
         super().__init__(ca, native_f16)
         self._sources: Dict[str, tuple] = {}   # symbol -> (input value, axis)
         self._values: Dict[str, object] = {}   # dim expression -> its int32 [1] value
+        self._ones: set = set()                # RLX value ids of int32 ones (``_note_ones``)
 
     def bind(self, inputs) -> None:
         """``inputs``: (RLX type, Core AI value) of the function's inputs, in order."""
@@ -198,9 +199,36 @@ class DynCtx(Ctx):
         count = self.cast(self.reshape(self.dim(n), ()), DType.f32)
         return self.div(self.sum_keep(x, axes), count)
 
+    # -- a running count (a flexible iota, frontend/rules/shape.py) ------------------------
+    def _note_ones(self, node) -> None:
+        """Record int32 values known to be all ones: a constant of ones, its broadcasts."""
+        if node.op == "constant":
+            v = np.asarray(node.params["value"])
+            if v.dtype == np.int32 and v.size and np.all(v == 1):
+                self._ones.add(node.outputs[0].id)
+        elif node.op == "broadcast_in_dim" and node.inputs[0].id in self._ones:
+            self._ones.add(node.outputs[0].id)
+
+    def _count(self, node):
+        """A forward int32 cumsum of ones along a dynamic axis: 1, 2, .., n (a ``range``),
+        broadcast to the result - exact at any n (the general integer cumsum's composition
+        needs the axis' size, ops_shape.py)."""
+        t, axis = node.outputs[0].type, node.params["axis"]
+        ramp = self.add(self.iota(t.shape[axis], axis, t.rank), self.scalar(1, DType.i32))
+        return self.broadcast(ramp, t.shape, DType.i32)
+
+    def _is_count(self, node) -> bool:
+        return (node.op == "cumsum" and not node.params["reverse"]
+                and node.inputs[0].id in self._ones and node.inputs[0].type.dtype == DType.i32
+                and isinstance(node.inputs[0].type.shape[node.params["axis"]], Dyn))
+
     # -- the refusal -----------------------------------------------------------------------
     def lower_nodes(self, nodes, env) -> None:
         for node in nodes:
+            self._note_ones(node)
+            if self._is_count(node):
+                env[node.outputs[0].id] = self._count(node)
+                continue
             if any(not v.type.is_static for v in list(node.inputs) + list(node.outputs)):
                 why = _refusal(node)
                 if why:
