@@ -12,9 +12,10 @@ from those with Core AI int32 ops, and the shape-building patterns the rules sha
 dim is dynamic, with the result type declared (``?`` for a dynamic dim). A static shape
 takes the static path unchanged.
 
-Only the ops of ``DYNAMIC_OPS`` (measured against JAX on the runtime: tests/coreai_format/
-test_coreai_range.py) may touch a dynamic dim; any other is refused by name, saying to list
-the sizes instead (enumerated sizes: one static function per size, coreai/flexible.py).
+Only the ops of ``DYNAMIC_OPS`` (elementwise rules read no shape; the shape ones measured
+against JAX on the runtime: tests/coreai_format/test_coreai_range.py) may touch a dynamic
+dim; any other is refused by name, saying to list the sizes instead (enumerated sizes: one
+static function per size, coreai/flexible.py).
 """
 from __future__ import annotations
 
@@ -27,15 +28,15 @@ from ..ir.flexible import eval_dim, parse_dim
 from . import ca_private
 from .ops_base import Ctx, carried, rule, unsupported
 
-#: RLX ops whose Core AI rules take dynamic dims (elementwise ones broadcast as they read;
+#: RLX ops whose Core AI rules take dynamic dims (the elementwise ones read no shape;
 #: the shape ones build their shapes through ``DynCtx``); the rest are refused by name
 DYNAMIC_OPS = frozenset({
     # elementwise (no shape read)
-    "add", "sub", "mul", "div", "max", "min", "pow", "rem", "atan2", "exp", "log", "tanh",
+    "add", "sub", "mul", "div", "max", "min", "pow", "rem", "exp", "log", "tanh",
     "logistic", "sqrt", "rsqrt", "sin", "cos", "abs", "neg", "square", "sign", "floor",
     "ceil", "round", "log1p", "expm1", "erf", "clamp", "integer_pow", "select", "convert",
     "stop_gradient", "and", "or", "xor", "not", "eq", "ne", "gt", "lt", "ge", "le",
-    "is_finite", "reduce_precision",
+    "reduce_precision",
     # shapes, reductions, matmul
     "reshape", "transpose", "broadcast_in_dim", "dot_general", "reduce_sum", "reduce_max",
     "reduce_min", "reduce_prod", "concatenate", "slice", "split", "dim_size", "cumsum",
