@@ -14,7 +14,7 @@ from typing import Callable, Dict, Tuple
 import numpy as np
 
 from ..errors import RlxError, UnsupportedPrimitiveError
-from ..ir import DType, Graph, TensorType, verify
+from ..ir import DType, TensorType, verify
 from ..ir.ops import OPS
 from ..signature import IOSpec, feature_name, unique_names as _unique
 from ..transforms.legalize import legalize
