@@ -34,10 +34,11 @@ def mlp(w1, b1, w2, x):
     h = jax.nn.gelu(x @ w1 + b1)
     logits = h @ w2
     # a softmax, a mean over the flexible axis (its divisor the runtime size), a reshape of
-    # it, a broadcast to it, a slice beside it, a cumsum and a max along it
+    # it, a broadcast to it, a slice beside it, a cumsum and a max along it (the cumsum of
+    # the input's whole numbers: exact in any summation order, as XLA's and Core AI's differ)
     return (jax.nn.softmax(logits, axis=-1), jnp.mean(logits), h.reshape(-1),
             jnp.ones((x.shape[0], 3)) * b1[0], jax.lax.slice_in_dim(h, 1, 3, axis=1),
-            jnp.cumsum(logits, axis=0), jnp.max(h, axis=0))
+            jnp.cumsum(jnp.round(x * 4), axis=0), jnp.max(h, axis=0))
 
 
 W = (_f32(6, 8), _f32(8), _f32(8, 3))
