@@ -1,17 +1,20 @@
-"""Flexible shapes on Core AI (docs/flexible.md, docs/coreai.md): one static Core AI
-function per enumerated shape, in one asset, chosen by the call's sizes.
+"""Flexible shapes on Core AI (docs/flexible.md, docs/coreai.md): a *range* compiles to
+one Core AI function with dynamic dims; *enumerated* sizes to one static Core AI function
+per shape, in one asset, chosen by the call's sizes.
 
-rlxjax's Core AI lowering (ops*.py) builds static shapes: a reshape's target, a broadcast's
-shape, the divisor of a mean are constants. So a flexible program (``ir.Dyn`` dims, from
-``flexible={"x": {0: [1, 8, 64]}}``) is *specialised*: for every combination of its
-enumerated sizes the RLX graph is copied with each ``Dyn`` dim evaluated (``dim_size`` a
-constant), folded again, and lowered as a static function named
-``<function>__<symbol>_<size>...``. The per-function metadata ``rlxjax.coreai.shapes``
-lists which Core AI function serves which sizes; a call picks it from the sizes of its
-inputs (after the same size check as Core ML's, rlxjax/flexible.py ``check_sizes``).
+A range (``flexible={"x": {0: (1, 64)}}``, or JAX's symbolic shapes) is lowered once: the
+function's inputs have ``?`` dims and the shapes that depend on them are computed in the
+program (coreai/dynamic.py); ops that cannot take a dynamic dim there are refused by name.
 
-A *range* (``(lower, upper)``, or JAX's symbolic shapes) is refused: Core AI would need a
-function per size in it.
+Enumerated sizes (``flexible={"x": {0: [1, 8, 64]}}``) are *specialised*: for every
+combination of its enumerated sizes the RLX graph is copied with each ``Dyn`` dim evaluated
+(``dim_size`` a constant), folded again, and lowered as a static function named
+``<function>__<symbol>_<size>...`` (static shapes: what the Neural Engine compiles). The
+per-function metadata ``rlxjax.coreai.shapes`` lists which Core AI function serves which
+sizes; a call picks it from the sizes of its inputs (after the same size check as Core ML's,
+rlxjax/flexible.py ``check_sizes``).
+
+A program mixing both (one symbol a range, another enumerated) is refused.
 """
 from __future__ import annotations
 
@@ -39,22 +42,35 @@ def is_flexible(graph: Graph) -> bool:
     return any(not v.type.is_static for _, v in graph.inputs)
 
 
-def combinations(graph: Graph, enumerated: Dict[str, tuple]) -> List[Dict[str, int]]:
-    """Every combination of the sizes of the graph inputs' flexible symbols (sorted by
-    symbol, each symbol's sizes ascending); DynamicShapeError for a symbol with a range."""
+def _symbols(graph: Graph) -> Dict[str, Tuple[str, int, tuple]]:
+    """symbol -> (the first input that has it, its axis, its bounds)."""
     syms: Dict[str, Tuple[str, int, tuple]] = {}
     for name, v in graph.inputs:
         for axis, d in enumerate(v.type.shape):
             if isinstance(d, Dyn):
                 syms.setdefault(d.name, (name, axis, d.bounds or (1, -1)))
-    for sym, (name, axis, (lo, hi)) in sorted(syms.items()):
-        if sym not in enumerated:
-            rng = f"[{lo}, {'unbounded' if hi == -1 else hi}]"
-            raise DynamicShapeError(
-                f"input '{name}' axis {axis} has the flexible range {rng}: format='aimodel' "
-                "compiles one static Core AI function per shape, so list the sizes the axis "
-                f"takes, e.g. flexible={{{name.split('.')[0]!r}: {{{axis}: [1, 8, 64]}}}} "
-                "(enumerated shapes; a range or JAX's symbolic shapes are Core ML only)")
+    return syms
+
+
+def is_range(graph: Graph, enumerated: Dict[str, tuple]) -> bool:
+    """Whether the graph's flexible symbols are ranges (one function with dynamic dims),
+    not enumerated sizes; DynamicShapeError when it has both."""
+    syms = _symbols(graph)
+    ranges = sorted(s for s in syms if s not in enumerated)
+    if ranges and len(ranges) < len(syms):
+        name, axis, _ = syms[ranges[0]]
+        raise DynamicShapeError(
+            f"input '{name}' axis {axis} has a flexible range while other flexible axes list "
+            "enumerated sizes: format='aimodel' compiles either one function with dynamic "
+            "dims (ranges) or one static function per shape (enumerated sizes); make every "
+            "flexible axis a range, or list the sizes of each")
+    return bool(ranges)
+
+
+def combinations(graph: Graph, enumerated: Dict[str, tuple]) -> List[Dict[str, int]]:
+    """Every combination of the sizes of the graph inputs' (enumerated) flexible symbols
+    (sorted by symbol, each symbol's sizes ascending)."""
+    syms = _symbols(graph)
     order = sorted(syms)
     combos = [dict(zip(order, c)) for c in itertools.product(*(enumerated[s] for s in order))]
     if len(combos) > MAX_SHAPES:
@@ -132,7 +148,8 @@ def flexible_specs(graph: Graph, states, lowered, enumerated) -> Tuple[tuple, tu
         if t.is_static:
             return s
         bounds = () if not with_bounds else tuple(
-            (*(d.bounds or (1, -1)), tuple(enumerated[d.name])) if isinstance(d, Dyn) else None
+            (*(d.bounds or (1, -1)), *((tuple(enumerated[d.name]),) if d.name in enumerated
+                                       else ())) if isinstance(d, Dyn) else None
             for d in t.shape)
         return dataclasses.replace(s, shape=_named(t.shape), io_shape=_named(t.shape),
                                    bounds=bounds)

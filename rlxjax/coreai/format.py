@@ -165,6 +165,10 @@ class CoreAIFormat(Format):
         if not flexible.is_flexible(program.graph):
             lowered, variants = lower_program(program), ()
             ins, outs = lowered.inputs, lowered.outputs
+        elif flexible.is_range(program.graph, program.enumerated):
+            # one function with dynamic dims (dynamic.py)
+            lowered, variants = lower_program(program), ()
+            ins, outs = flexible.flexible_specs(program.graph, program.states, lowered, {})
         else:  # one static function per enumerated shape (flexible.py)
             variants = flexible.lower_variants(program, lower_program)
             lowered = variants[0][1]

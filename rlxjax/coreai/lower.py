@@ -13,12 +13,13 @@ from typing import Callable, Dict, Tuple
 
 import numpy as np
 
-from ..errors import DynamicShapeError, RlxError, UnsupportedPrimitiveError
-from ..ir import DType, Graph, TensorType, verify
+from ..errors import RlxError, UnsupportedPrimitiveError
+from ..ir import DType, TensorType, verify
 from ..ir.ops import OPS
 from ..signature import IOSpec, feature_name, unique_names as _unique
 from ..transforms.legalize import legalize
 from . import ca_private
+from .dynamic import DynCtx, io_shape
 from .fp16 import to_fp16
 from .ops import Ctx, lower_nodes
 from .ops_base import RULES, carried, check_type, native_f16_values, unsupported
@@ -28,7 +29,6 @@ from .ops_base import RULES, carried, check_type, native_f16_values, unsupported
 NOT_LOWERED = {
     **{op: "Core AI has no random ops: a program's draws are a host part (random='inputs')"
        for op in ("bernoulli", "random_uniform", "random_normal")},
-    "dim_size": "a flexible program is compiled per enumerated size (flexible.py): a constant",
     "remat": "inlined before lowering (transforms/regions.py)",
     "remat_barrier": "removed before lowering (formats/base.py lowers_remat_barrier)",
 }
@@ -63,13 +63,6 @@ def _io_dtype(d: DType) -> DType:
     return DType.f32 if d.is_float else DType.i32
 
 
-def _check_static(graph: Graph) -> None:
-    for name, v in graph.inputs:
-        if not v.type.is_static:
-            raise DynamicShapeError(f"input '{name}' has a flexible dimension (type {v.type}): "
-                                    "format='aimodel' compiles static shapes only (yet)")
-
-
 @dataclass(frozen=True)
 class Lowered:
     """A program lowered for Core AI, ready to be built as a function of any name (one
@@ -81,7 +74,7 @@ class Lowered:
     body: Callable
 
     def function(self, name: str) -> "ca_private.Function":
-        spec = lambda s: (s.mil_name, s.io_shape, s.io_dtype)  # noqa: E731
+        spec = lambda s: (s.mil_name, io_shape(s.io_shape), s.io_dtype)  # noqa: E731
         return ca_private.Function(name, [spec(s) for s in self.inputs],
                                    [spec(s) for s in self.states],
                                    [spec(s) for s in self.outputs], self.body)
@@ -94,7 +87,7 @@ def lower_program(program) -> Lowered:
     it ends), neither inputs nor outputs of the function."""
     graph = program.graph
     verify(graph)
-    _check_static(graph)
+    flexible = any(not v.type.is_static for _, v in graph.inputs)
     if program.precision == "fp16":  # fp32 values computed as Core AI fp16 (fp16.py)
         graph = to_fp16(graph)
     f16 = program.precision != "fp32"  # Core AI fp16 values, not fp32-carried ones
@@ -124,7 +117,9 @@ def lower_program(program) -> Lowered:
                             v.type.dtype.np.name) for (n, v), f in zip(st_in, names[m:]))
     # precision "fp16" / "mixed" (a training step's fp16 forward / backward): approximations
     # the user asked for (docs/coreai.md), the graph's f16 values are Core AI fp16 values
-    ctx = Ctx(ca_private.coreai(), native_f16=program.precision != "fp32")
+    # a flexible range: one function with dynamic dims, shapes computed in it (dynamic.py)
+    ctx = (DynCtx if flexible else Ctx)(ca_private.coreai(),
+                                        native_f16=program.precision != "fp32")
 
     def body(args, reads):
         with native_f16_values(ctx.native_f16):
@@ -132,6 +127,8 @@ def lower_program(program) -> Lowered:
 
     def _body(args, reads):
         env: Dict[int, object] = {}
+        if flexible:
+            ctx.bind([(v.type, a) for (_, v), a in zip(fn_in, args)])
         for (_, v), a in zip(fn_in, args):
             env[v.id] = _from_io(ctx, a, v.type)
         for (_, v), r in zip(st_in, reads):  # an fp16 state is read into its fp32 carrier

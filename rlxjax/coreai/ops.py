@@ -15,7 +15,7 @@ from typing import Dict
 
 from . import (control, ops_bitwise, ops_elementwise, ops_nn, ops_conv,  # noqa: F401
                ops_shape, weights)
-from . import ops_special2  # noqa: F401
+from . import dynamic, ops_special2  # noqa: F401
 from .ops_base import Ctx
 
 __all__ = ["Ctx", "lower_nodes"]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DType
+from .dynamic import prod
 from .ops_base import carried, rule, unsupported
 
 _REDUCE = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
@@ -113,7 +114,7 @@ def _dot_general(ctx, node, ins):
         raise unsupported(node, "integer matmul is not lowered for Core AI yet")
     lf = [d for d in range(lt.rank) if d not in lc and d not in lb]
     rf = [d for d in range(rt.rank) if d not in rc and d not in rb]
-    size = lambda t, ds: int(np.prod([t.shape[d] for d in ds], dtype=np.int64))  # noqa: E731
+    size = lambda t, ds: prod([t.shape[d] for d in ds])  # noqa: E731  (Dyn: dynamic.py)
     nb, m, k, n = size(lt, lb), size(lt, lf), size(lt, lc), size(rt, rf)
     lhs = ctx.transpose(lhs, list(lb) + lf + list(lc))
     rhs = ctx.transpose(rhs, list(rb) + list(rc) + rf)

@@ -447,3 +447,22 @@ def test_embedding_with_two_flexible_index_dims():
                                    atol=1e-5)
     (compiled,) = f._cache.values()
     compiled.validate()
+
+
+def test_a_causal_mask_over_a_flexible_prompt_length():
+    """An iota of a flexible length (``jnp.tril`` of the sequence's ones, flax's
+    ``make_causal_mask``) is a running count: causal attention over a flexible prompt
+    length, against jax.jit at the range's ends and inside."""
+
+    def attend(q, k):
+        t = q.shape[0]
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), q @ k.T, -1e9)
+        pos = jnp.arange(t, dtype=jnp.float32)  # a float iota too
+        return jax.nn.softmax(s, axis=-1) @ k + pos[:, None]
+
+    f = rlxjax.coreml_jit(attend, backend="reference", flexible={"q": {0: (1, 32)},
+                                                                 "k": {0: (1, 32)}})
+    rng = np.random.default_rng(4)
+    for n in (1, 9, 32):
+        q, k = (rng.standard_normal((n, 4)).astype(np.float32) for _ in range(2))
+        np.testing.assert_allclose(f(q, k), jax.jit(attend)(q, k), rtol=2e-5, atol=2e-5)

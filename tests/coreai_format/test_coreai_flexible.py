@@ -1,13 +1,13 @@
 """Flexible shapes on Core AI (docs/flexible.md, docs/coreai.md): flexible= with listed
 sizes compiles one static Core AI function per size into one asset, and each call runs the
 one for its sizes on Apple's runtime (in the worker) - forward, gradient and training steps
-against JAX at every size; ranges are refused with an error that says to list the sizes."""
+against JAX at every size; a range beside listed sizes is refused (ranges alone:
+test_coreai_range.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from jax import export
 
 import rlxjax
 from rlxjax.errors import ArgumentError, DynamicShapeError
@@ -68,15 +68,14 @@ def test_forward_runs_each_enumerated_size_and_loads_back(tmp_path):
         m(*W, _f32(5, 6))
 
 
-def test_ranges_are_refused_with_the_sizes_to_list():
-    f = rlxjax.coreml_jit(mlp, format="aimodel", flexible={"x": {0: (1, 64)}})
-    with pytest.raises(DynamicShapeError, match=r"range \[1, 64\].*list the sizes"):
-        f.lower(*W, _f32(2, 6)).compile()
-    (b,) = export.symbolic_shape("b", constraints=["b <= 8"])
-    structs = [jax.ShapeDtypeStruct(w.shape, w.dtype) for w in W]
-    with pytest.raises(DynamicShapeError, match=r"input 'x' axis 0 .*\[1, 8\]"):
-        rlxjax.coreml_jit(mlp, format="aimodel").lower(
-            *structs, jax.ShapeDtypeStruct((b, 6), jnp.float32)).compile()
+def test_a_range_beside_listed_sizes_and_too_many_shapes_are_refused():
+    """A range compiles to one function with dynamic dims (test_coreai_range.py), listed
+    sizes to one static function each: one program cannot be both."""
+    f = rlxjax.coreml_jit(lambda x, y: (x * 2, y + 1), format="aimodel",
+                          flexible={"x": {0: (1, 64)}, "y": {0: [1, 8]}})
+    with pytest.raises(DynamicShapeError, match=r"input 'x' axis 0 has a flexible range "
+                       r"while other flexible axes list enumerated sizes"):
+        f.lower(_f32(2, 6), _f32(1, 3)).compile()
 
     def two(a, b):
         return jnp.sum(a) + jnp.sum(b)

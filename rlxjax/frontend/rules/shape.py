@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import Dyn
+from ...ir.types import dtype_from_numpy
 from ..registry import rule
 
 
@@ -101,9 +102,20 @@ def _slice(ctx, eqn, x):
 def _iota(ctx, eqn):
     p = eqn.params
     shape, dim = tuple(p["shape"]), int(p["dimension"])
+    if any(isinstance(d, Dyn) for d in shape):  # a flexible length (docs/flexible.md)
+        return _flexible_iota(ctx, shape, dim, np.dtype(p["dtype"]))
     ramp = np.arange(shape[dim], dtype=np.dtype(p["dtype"]))
     ramp = ramp.reshape([-1 if i == dim else 1 for i in range(len(shape))])
     return ctx.constant(np.broadcast_to(ramp, shape).copy())
+
+
+def _flexible_iota(ctx, shape, dim, dtype):
+    """An iota whose shape has flexible dims (a causal mask over a flexible sequence): the
+    int32 running count of ones along ``dim`` less one (indexing/common.py's), converted."""
+    from .indexing.common import _flexible_iota as count
+
+    ramp = count(ctx, shape, dim)
+    return ramp if dtype == np.int32 else ctx.add("convert", ramp, dtype=dtype_from_numpy(dtype))
 
 
 @rule("pad")
