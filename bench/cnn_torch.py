@@ -1,6 +1,7 @@
-"""coreai-torch's program of ``coreai_speed.py``'s CNN forward: the same weights (a ``.npz`` of
-the flax tree's leaves by path), the same function, written in torch as a torch user
-would (NCHW convolutions; the input given NHWC as the flax model takes it, permuted once;
+"""coreai-torch's program of coreai_speed.py's CNN forward (for vs_coreai_torch.py).
+
+The same weights (a ``.npz`` of the flax tree's leaves by path), the same function, written
+in torch as a torch user would (NCHW convolutions; the input given NHWC as the flax model takes it, permuted once;
 JAX's SAME padding of the stride-2 conv, (0, 1), as an explicit ``F.pad``; the dense
 layer's rows reordered to the NCHW flatten instead of permuting the activations back).
 

@@ -1,5 +1,4 @@
-"""A/B of two rlxjax checkouts' Core AI lowerings of one model of ``coreai_speed.py``, timed
-side by side in one process.
+"""A/B of two checkouts' Core AI lowerings of a coreai_speed.py model, in one process.
 
 Each checkout compiles the model's forward (weights as constants) and its io training step
 (adam) in a child process (``PYTHONPATH`` = that checkout) into a folder of ``.aimodel``

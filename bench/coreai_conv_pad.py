@@ -1,4 +1,6 @@
-"""Ways to zero-pad a conv input and to interleave a strided conv's input-gradient phases on
+"""Conv padding and phase-interleave candidates timed on the Core AI runtime.
+
+Ways to zero-pad a conv input and to interleave a strided conv's input-gradient phases on
 Core AI's runtime (coreai-core), each a one-op program (or the op + ``conv2d``), timed round
 robin in one process (medians, ms), each output checked against numpy / ``jax.lax``:
 
