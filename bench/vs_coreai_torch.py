@@ -16,14 +16,19 @@ gives, side by side in one run:
   the same way from the MLIR text (an ``invoke`` of one of coreai-torch's composite graphs,
   its ``layer_norm`` say, counts as the ops of that graph);
 - ``load s`` / ``call ms``: Core AI's own compile + load of the asset and the median time
-  of one call on the bundled Core AI runtime, both assets run the same way, each in its own
-  process (the runtime can end its process), directly through ``coreai.runtime``;
+  of one call on the bundled Core AI runtime, both assets run the same way, their calls
+  round robin in one fresh process (the runtime can end its process), directly through
+  ``coreai.runtime``;
 - ``max|d|``: each side's largest difference from ``jax.jit`` of the flax function.
 
 Needs the benchmarks-only peer: ``pip install torch==2.13.0 -e ".[coreai,peer-coreai]"``
 (coreai-torch 0.4.3 pins coreai-core 1.0.0b3 and wants torch >= 2.8; name torch 2.13.0,
-which this machine has on disk, or pip takes a several-GB CUDA build). Run:
-``python bench/vs_coreai_torch.py [repeats]``.
+which this machine has on disk, or pip takes a several-GB CUDA build). The CNN's torch
+twin (bench/cnn_torch.py) is converted in a separate torch environment instead
+(``RLXJAX_TORCH_PYTHON``, default ``/work/.venv-torch/bin/python``), so it runs without
+torch beside rlxjax; the other workloads' twins are built in this process and are
+skipped without torch. The two assets of a workload are called round robin in one fresh
+process. Run: ``python bench/vs_coreai_torch.py [repeats] [calls] [--only NAME]``.
 """
 from __future__ import annotations
 
@@ -41,39 +46,53 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 sys.path.insert(0, HERE)
 
-# Runs one saved asset on Core AI's runtime in a fresh process: prints JSON with the
-# compile + load seconds, the median call seconds and writes the first output to a .npy.
+# Runs saved assets on Core AI's runtime in one fresh process, their calls round robin:
+# prints JSON with each one's compile + load seconds and median call seconds, and writes
+# each first output to a .npy.
 _RUN = r"""
 import asyncio, json, statistics, sys, time
 import numpy as np
 from coreai.authoring import AIModelAsset
 from coreai.runtime import NDArray
 
-path, x_path, out_path, calls = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+paths, x_path, out_paths, calls = (json.loads(sys.argv[1]), sys.argv[2],
+                                   json.loads(sys.argv[3]), int(sys.argv[4]))
 x = np.load(x_path)
 
 async def go():
-    t0 = time.perf_counter()
-    async with AIModelAsset.load(path).executable() as model:  # compiles off macOS
-        fn = model.load_function(model.function_names[0])
-        load_s = time.perf_counter() - t0
-        await run(fn, load_s)
-
-async def run(fn, load_s):
-    (name,) = fn.desc.input_names
-    feeds = {name: NDArray(np.ascontiguousarray(x))}
-    out = await fn(feeds)
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        out = await fn({name: NDArray(np.ascontiguousarray(x))})
-        times.append(time.perf_counter() - t)
-    first = fn.desc.output_names[0]
-    np.save(out_path, np.array(out[first].numpy()))
-    print(json.dumps({"load_s": load_s, "call_s": statistics.median(times)}))
+    ctxs, fns, loads = [], [], []
+    try:
+        for path in paths:
+            t0 = time.perf_counter()
+            ctx = AIModelAsset.load(path).executable()  # compiles off macOS
+            model = await ctx.__aenter__()
+            ctxs.append(ctx)
+            fns.append(model.load_function(model.function_names[0]))
+            loads.append(time.perf_counter() - t0)
+        times = [[] for _ in fns]
+        outs = []
+        for fn in fns:  # the first call warms up
+            (name,) = fn.desc.input_names
+            outs.append(await fn({name: NDArray(np.ascontiguousarray(x))}))
+        for _ in range(calls):
+            for i, fn in enumerate(fns):
+                (name,) = fn.desc.input_names
+                t = time.perf_counter()
+                await fn({name: NDArray(np.ascontiguousarray(x))})
+                times[i].append(time.perf_counter() - t)
+        for fn, out, out_path in zip(fns, outs, out_paths):
+            np.save(out_path, np.array(out[fn.desc.output_names[0]].numpy()))
+        print(json.dumps([{"load_s": l, "call_s": statistics.median(t)}
+                          for l, t in zip(loads, times)]))
+    finally:
+        for ctx in reversed(ctxs):
+            await ctx.__aexit__(None, None, None)
 
 asyncio.run(go())
 """
+
+#: the separate torch environment (CPU torch + coreai-torch) of the peers run out of process
+TORCH_PY = os.environ.get("RLXJAX_TORCH_PYTHON", "/work/.venv-torch/bin/python")
 
 
 # -- workloads: (flax module, its params, input, the equivalent torch module) -------------
@@ -146,6 +165,37 @@ def _transformer(d: int = 128, heads: int = 4, t: int = 64):
     return model.apply, params, x, Block()
 
 
+class OutOfProcess:
+    """A peer converted in the torch environment (``TORCH_PY``) by ``script`` from the flax
+    weights (a ``.npz`` of the tree's leaves by path): coreai-torch's program of the same
+    function, no torch needed beside rlxjax."""
+
+    def __init__(self, script, params, *args):
+        self.script, self.params, self.args = script, params, [str(a) for a in args]
+
+    def compile(self, path):
+        import jax
+
+        weights = path + ".npz"
+        leaves = jax.tree_util.tree_flatten_with_path(self.params)[0]
+        np.savez(weights, **{"/".join(str(getattr(k, "key", k)) for k in kp): np.asarray(v)
+                             for kp, v in leaves})
+        r = subprocess.run([TORCH_PY, os.path.join(HERE, self.script), weights, *self.args,
+                            path], capture_output=True, text=True, timeout=1800)
+        if r.returncode:
+            raise RuntimeError(f"{self.script} failed: {r.stderr.strip()[-300:]}")
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _cnn():
+    """bench/coreai_speed.py's CNN (2 conv + dense on 28x28x1, batch 32); its torch twin is
+    bench/cnn_torch.py, converted in the torch environment."""
+    from coreai_speed import cnn
+
+    apply, params, (x,), _, _ = cnn()
+    return apply, params, x, OutOfProcess("cnn_torch.py", params, x.shape[0])
+
+
 def _copy_dense(lin, p):
     import torch
 
@@ -167,6 +217,7 @@ WORKLOADS = {
     "mlp_block x1": lambda: _mlp(1),
     "mlp_block x8": lambda: _mlp(8),
     "transformer d128 s64": _transformer,
+    "cnn 28x28 b32": _cnn,
 }
 
 
@@ -203,6 +254,9 @@ def rlxjax_compile(apply, params, x, path):
 
 
 def peer_compile(module, x, path):
+    if isinstance(module, OutOfProcess):
+        got = module.compile(path)
+        return got["text"]
     import coreai_torch
     import torch
     from pathlib import Path
@@ -227,34 +281,55 @@ def _timed(fn, repeats):
     return statistics.median(times), result
 
 
-def _run_asset(path, x, folder, calls):
-    x_path, out_path = os.path.join(folder, "x.npy"), os.path.join(folder, "out.npy")
+def _run_assets(paths, x, folder, calls):
+    """Each asset's compile + load seconds and median call seconds (their calls round robin
+    in one fresh process) and first output."""
+    x_path = os.path.join(folder, "x.npy")
+    outs = [os.path.join(folder, f"out{i}.npy") for i in range(len(paths))]
     np.save(x_path, x)
-    r = subprocess.run([sys.executable, "-c", _RUN, path, x_path, out_path, str(calls)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-c", _RUN, json.dumps(paths), x_path, json.dumps(outs),
+                        str(calls)], capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
         raise RuntimeError(f"Core AI run ended with {r.returncode}: "
                            f"{r.stderr.strip().splitlines()[-1][:200]}")
-    return json.loads(r.stdout.strip().splitlines()[-1]), np.load(out_path)
+    runs = json.loads(r.stdout.strip().splitlines()[-1])
+    return [(run, np.load(o)) for run, o in zip(runs, outs)]
 
 
-def main(repeats: int = 3, calls: int = 50):
+def _versions():
+    try:
+        import coreai_torch
+        import torch
+
+        return coreai_torch.__version__, torch.__version__
+    except ImportError:  # the torch environment's, asked there
+        r = subprocess.run([TORCH_PY, "-c", "import coreai_torch, torch; "
+                            "print(coreai_torch.__version__, torch.__version__)"],
+                           capture_output=True, text=True, timeout=600)
+        return tuple(r.stdout.split()[-2:]) if r.returncode == 0 else ("?", "?")
+
+
+def main(repeats: int = 3, calls: int = 50, only=None):
     import jax
     import shutil
 
-    import coreai_torch
-    import torch
-
-    print(f"rlxjax vs coreai-torch {coreai_torch.__version__} (torch {torch.__version__}), "
-          f"jax {jax.__version__}; median of {repeats} compiles, {calls} calls")
+    peer, torch_v = _versions()
+    print(f"rlxjax vs coreai-torch {peer} (torch {torch_v}), jax {jax.__version__}; median "
+          f"of {repeats} compiles, {calls} calls of each asset round robin in one process")
     print(f"{'workload':<22} {'side':<12} {'compile s':>9} {'ops':>6} {'load s':>7} "
           f"{'call ms':>8} {'max|d|':>9}")
     rows = []
     for name, make in WORKLOADS.items():
-        apply, params, x, module = make()
+        if only and only not in name:
+            continue
+        try:
+            apply, params, x, module = make()
+        except ImportError as e:  # an in-process torch twin, torch not beside rlxjax
+            print(f"{name:<22} skipped: {e} (its torch twin is built in this process)")
+            continue
         want = np.asarray(jax.jit(apply)(params, x))
         with tempfile.TemporaryDirectory() as tmp:
-            sides = {}
+            made = {}
             for side, build in (("rlxjax", lambda p: rlxjax_compile(apply, params, x, p)),
                                 ("coreai-torch", lambda p: peer_compile(module, x, p))):
                 path = os.path.join(tmp, side + ".aimodel")
@@ -265,12 +340,22 @@ def main(repeats: int = 3, calls: int = 50):
                     return build(path)
 
                 try:
-                    secs, made = _timed(once, repeats)
-                    text = made.as_text() if side == "rlxjax" else str(made)
-                    run, got = _run_asset(path, x, tmp, calls)
+                    secs, program = _timed(once, repeats)
                 except Exception as e:  # noqa: BLE001 - a side that fails is reported
                     print(f"{name:<22} {side:<12} failed: {str(e).splitlines()[0][:80]}")
                     continue
+                if isinstance(program, dict):  # converted out of process: its own seconds
+                    secs, text = program["convert_s"], program["text"]
+                else:
+                    text = program.as_text() if side == "rlxjax" else str(program)
+                made[side] = (path, secs, text)
+            try:
+                runs = _run_assets([m[0] for m in made.values()], x, tmp, calls)
+            except Exception as e:  # noqa: BLE001
+                print(f"{name:<22} run failed: {str(e).splitlines()[0][:80]}")
+                continue
+            sides = {}
+            for (side, (_, secs, text)), (run, got) in zip(made.items(), runs):
                 d = float(np.max(np.abs(got.reshape(want.shape) - want)))
                 sides[side] = (secs, _ops(text), run["load_s"], run["call_s"], d)
                 print(f"{name:<22} {side:<12} {secs:>9.3f} {sides[side][1]:>6} "
@@ -285,4 +370,7 @@ def main(repeats: int = 3, calls: int = 50):
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    args = sys.argv[1:]
+    only = args[args.index("--only") + 1] if "--only" in args else None
+    nums = [int(a) for a in args if a.isdigit()]
+    main(*nums[:2], only=only)

@@ -94,6 +94,20 @@ def zeros_si4(shape):
     return Value._from_mlir(ConstantOp(value=attr).result)  # noqa: SLF001
 
 
+def splat(value, shape):
+    """A ``coreai.constant`` of ``shape`` holding the numpy scalar ``value`` everywhere: one
+    value in the asset, no array of ``shape`` made here."""
+    coreai()
+    from coreai._compiler.dialects._coreai_ops_gen import ConstantOp
+    from coreai._compiler.ir import DenseElementsAttr, RankedTensorType
+    from coreai.authoring.operation import Value
+
+    one = DenseElementsAttr.get(np.asarray([value]))
+    attr = DenseElementsAttr.get_splat(RankedTensorType.get(list(shape), one.type.element_type),
+                                       one.get_splat_value())
+    return Value._from_mlir(ConstantOp(value=attr).result)  # noqa: SLF001
+
+
 def dtype(name: str):
     ca = coreai()
     return {"float32": ca.float32, "float16": ca.float16, "int32": ca.int32,

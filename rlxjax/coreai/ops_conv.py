@@ -1,7 +1,8 @@
 """RLX ``conv`` -> Core AI's ``conv2d`` / ``conv3d`` (1-D as 2-D with a unit height):
-padding, negative padding and lhs dilation become an explicit zero ``lax.pad`` of the
-input, batch groups become feature groups ([G, N/G, C] -> [N/G, G·C]). (The pool family is
-decomposed in the RLX graph before the rules run: rlxjax/transforms/legalize/pool.py.)
+padding, negative padding and lhs dilation become an explicit zero padding of the input
+(``zero_pad``: the input written into a zero constant by one ``slice_update``), batch
+groups become feature groups ([G, N/G, C] -> [N/G, G·C]). (The pool family is decomposed
+in the RLX graph before the rules run: rlxjax/transforms/legalize/pool.py.)
 """
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import itertools
 import numpy as np
 
 from ..ir import DType
+from . import ca_private
 from .ops_base import rule, unsupported
-from .ops_shape import lax_pad
 
 
-def conv_layout(ctx, node, x, dt):
+def conv_layout(ctx, node, x):
     """The conv's input with batch groups as feature groups and its padding and lhs
-    dilation as an explicit zero ``lax.pad`` -> (x, its shape, feature groups)."""
+    dilation as an explicit zero padding (``zero_pad``) -> (x, its shape, feature
+    groups)."""
     p, xt = node.params, node.inputs[0].type
     groups = p["feature_groups"]
     xs = list(xt.shape)
@@ -30,12 +32,12 @@ def conv_layout(ctx, node, x, dt):
         groups = g
     cfg = [(lo, hi, d - 1) for (lo, hi), d in zip(p["padding"], p["lhs_dilation"])]
     if any(c != (0, 0, 0) for c in cfg):  # explicit zero padding of the spatial dims
-        x = _padded(ctx, x, xs, [(0, 0, 0), (0, 0, 0)] + cfg, dt)
+        x = _padded(ctx, x, xs, [(0, 0, 0), (0, 0, 0)] + cfg)
         xs = list(ctx.shape(x))
     return x, xs, groups
 
 
-def _padded(ctx, x, xs, cfg, dt):
+def _padded(ctx, x, xs, cfg):
     """``x`` zero-padded by ``cfg`` (its leading two dims unpadded). A value padded so
     before as another transpose of the same tensor, with the spatial dims in place (a
     conv's input, then the same input as its kernel gradient's [C, N, ...] operand), is
@@ -51,9 +53,39 @@ def _padded(ctx, x, xs, cfg, dt):
         q = [before.index(perm[i]) for i in range(len(perm))]
         if all(q[a] == a for a in spatial):
             return ctx.transpose(padded, q)
-    out = lax_pad(ctx, x, xs, cfg, ctx.scalar(0, dt), dt)
+    out = zero_pad(ctx, x, xs, cfg)
     ctx.padded[key] = (root, out, tuple(perm))
     return out
+
+
+def zero_pad(ctx, x, xs, cfg):
+    """The f32 ``x`` (of shape ``xs``) zero-padded by ``cfg`` ((lo, hi, interior) per axis,
+    negative edges crop, as ``lax.pad``): the samples kept (a ``slice`` where an edge
+    crops) written into a zero constant of the result's shape (a splat: one value in the
+    asset) by one ``slice_update``, strided by interior + 1. Core AI has no padding on its
+    ``conv2d``; on its runtime this costs about half the ``gather_along_axis`` + ``where``
+    (+ the index's ``broadcast_in_dims``) of ``lax_pad`` and a tenth of its ``pad`` op
+    (a 32x32x28x28 input, bench/RESULTS.md). Exact: the samples are copied, every other
+    element is +0.0."""
+    out_shape, first, last, start, stride = [], [], [], [], []
+    for d, (lo, hi, k) in zip(xs, cfg):
+        step = k + 1
+        dl = d + (d - 1) * k  # the dilated extent
+        n = lo + dl + hi
+        i0 = -(-max(-lo, 0) // step)  # the first sample kept, at or after the low crop
+        i1 = (dl - 1 + min(hi, 0)) // step  # the last, at or before the high crop
+        out_shape.append(n)
+        first.append(i0)
+        last.append(i1)
+        start.append(i0 * step + lo)
+        stride.append(step)
+    zeros = ca_private.splat(np.float32(0), out_shape)
+    if any(i1 < i0 for i0, i1 in zip(first, last)):  # every sample cropped: all padding
+        return zeros
+    if first != [0] * len(xs) or [i + 1 for i in last] != list(xs):
+        x = ctx.slice(x, first, [i + 1 for i in last])
+    end = [s + (i1 - i0) * st + 1 for s, i0, i1, st in zip(start, first, last, stride)]
+    return ctx.ca.slice_update(zeros, ctx.i32(start), ctx.i32(end), ctx.i32(stride), x)
 
 
 @rule("conv")
@@ -69,7 +101,7 @@ def _conv(ctx, node, ins):
         raise unsupported(node, f"{nsp}-d convolutions are not lowered for Core AI")
     if nsp in (1, 2) and _phased(p, xt.shape[2:], wt.shape[2:]):
         return _conv_phases(ctx, node, x, w)
-    x, xs, groups = conv_layout(ctx, node, x, DType.f32)
+    x, xs, groups = conv_layout(ctx, node, x)
     strides, dil, ws = list(p["strides"]), list(p["rhs_dilation"]), list(wt.shape)
     if nsp == 1:  # as 2-D with a unit height
         x, w = ctx.reshape(x, xs[:2] + [1] + xs[2:]), ctx.reshape(w, ws[:2] + [1] + ws[2:])
@@ -110,11 +142,12 @@ def _phased(p, in_sp, k_sp) -> bool:
 def _conv_phases(ctx, node, x, w):
     """A conv of an input dilated by s (zeros between its samples) as s_h*s_w stride-1
     convs of the undilated input, one per output phase, each with the kernel taps that land
-    on real samples (a strided slice of the kernel), interleaved by one concat + transpose.
-    The same products and sums as the dilated form without its zero samples (XLA's
-    semantics: no zero sample times a tap, so an inf input stays inf, not NaN), at 1/s^2 of
-    its work and without the dilated input's gather (bench/coreai_speed.py: the CNN's
-    stride-2 input gradient)."""
+    on real samples (a strided slice of the kernel), each written into its phase of the
+    output by a strided ``slice_update`` (less than half the time of a concat + transpose
+    interleave on the runtime, bench/RESULTS.md). The same products and sums as the
+    dilated form without its zero samples (XLA's semantics: no zero sample times a tap, so
+    an inf input stays inf, not NaN), at 1/s^2 of its work and without the dilated input's
+    padding (bench/coreai_speed.py: the CNN's stride-2 input gradient)."""
     p, xt, wt = node.params, node.inputs[0].type, node.inputs[1].type
     out_t = node.outputs[0].type
     xs, ws = list(xt.shape), list(wt.shape)
@@ -127,22 +160,23 @@ def _conv_phases(ctx, node, x, w):
     axes = [_phase_taps(n, si, k, lo, hi) for n, si, k, (lo, hi) in
             zip(xs[2:], s, ws[2:], pads)]
     (taps_h, uh, nh), (taps_w, uw, nw) = axes
-    zero, one = ctx.scalar(0, DType.f32), ctx.u32([1, 1])
+    one = ctx.u32([1, 1])
     groups = ctx.const(np.uint32(p["feature_groups"]))
     n, o = xs[0], ws[0]
-    outs = []
-    for (th, mh, ch), (tw, mw, cw) in itertools.product(taps_h, taps_w):
+    out = ca_private.splat(np.float32(0), [n, o, nh, nw])
+    for (ph, (th, mh, ch)), (pw, (tw, mw, cw)) in itertools.product(enumerate(taps_h),
+                                                                     enumerate(taps_w)):
         k = ctx.slice(w, [0, 0, th, tw], [ws[0], ws[1], th + (mh - 1) * s[0] + 1,
                                             tw + (mw - 1) * s[1] + 1], [1, 1, s[0], s[1]])
         cfg = [(0, 0, 0), (0, 0, 0), (-ch, uh + mh - 1 - xs[2] + ch, 0),
                (-cw, uw + mw - 1 - xs[3] + cw, 0)]
-        xp = lax_pad(ctx, x, xs, cfg, zero, DType.f32)
-        y = ctx.ca.conv2d(xp, k, one, one, groups)  # (n, o, uh, uw)
-        outs.append(ctx.reshape(y, [n, 1, o * uh * uw]))
-    y = outs[0] if len(outs) == 1 else ctx.ca.concat(ctx.const(np.int32(1)), outs)
-    y = ctx.reshape(y, [n, s[0], s[1], o, uh, uw])
-    y = ctx.transpose(y, [0, 3, 4, 1, 5, 2])
-    y = ctx.reshape(y, [n, o, uh * s[0], uw * s[1]])
-    if (uh * s[0], uw * s[1]) != (nh, nw):
-        y = ctx.slice(y, [0, 0, 0, 0], [n, o, nh, nw])
-    return ctx.reshape(y, out_t.shape) if xt.rank == 3 else y
+        xp = zero_pad(ctx, x, xs, cfg)
+        y = ctx.ca.conv2d(xp, k, one, one, groups)  # (n, o, uh, uw): outputs s*u + ph
+        mh_, mw_ = len(range(ph, nh, s[0])), len(range(pw, nw, s[1]))  # this phase's outputs
+        if (mh_, mw_) != (uh, uw):
+            y = ctx.slice(y, [0, 0, 0, 0], [n, o, mh_, mw_])
+        out = ctx.ca.slice_update(out, ctx.i32([0, 0, ph, pw]),
+                                  ctx.i32([n, o, ph + (mh_ - 1) * s[0] + 1,
+                                           pw + (mw_ - 1) * s[1] + 1]),
+                                  ctx.i32([1, 1, s[0], s[1]]), y)
+    return ctx.reshape(out, out_t.shape) if xt.rank == 3 else out
