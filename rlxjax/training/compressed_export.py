@@ -1,5 +1,5 @@
 """``export_inference(..., compress=)``: an inference program whose parameters are stored
-compressed (rlxjax/coreml/compress.py).
+compressed (rlxjax/compression/schemes.py).
 
 The function is traced with its parameters as inputs (so that each parameter keeps its
 identity), then each parameter input becomes a ``weight`` node (rlxjax/ir/weight.py) that
