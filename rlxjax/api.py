@@ -4,7 +4,8 @@ from __future__ import annotations
 import functools
 import gc
 from collections import Counter
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -268,13 +269,38 @@ class Lowered:
                         self.state_layout, self.target)
 
 
+@dataclass(frozen=True)
+class Stage:
+    """What a kind of compiled function does between trace and finish, handed to
+    ``CoreMLFunction`` rather than overridden in a subclass (``coreml_grad``: the backward
+    pass; a training package's ``predict``: parameters from the training states; an
+    ``export_inference(compress=)``: parameters baked as weights). ``lower`` runs the
+    stages of stages.py in order - structs, trace, ``transform``, finish - and calls
+    nothing back. Each field takes the function's arguments ``args`` (static ones
+    included); None keeps ``coreml_jit``'s own."""
+
+    #: (traced, args) -> the Traced the program is made of (through ``Traced.derive``)
+    transform: Callable[[Traced, tuple], Traced]
+    #: n_args -> the names of the dynamic arguments (features); None: the function's own
+    names: Optional[Callable[[int], List[str]]] = None
+    #: args -> graph input name -> the graph output written back into it (None: written
+    #: back by nothing; a state read only); None: ``state=``'s, if any
+    states: Optional[Callable[[tuple], Optional[dict]]] = None
+    #: args -> where a ``state=`` argument's leaves live (stateful.StateLayout); None:
+    #: ``state=``'s, if any
+    state_layout: Optional[Callable[[tuple], Any]] = None
+
+
 class CoreMLFunction:
-    """What ``coreml_jit`` returns: call it like the JAX function, or ``.lower(*args)``."""
+    """What ``coreml_jit`` returns: call it like the JAX function, or ``.lower(*args)``.
+    ``stage``: what a kind of function does between trace and finish (``Stage``)."""
 
     def __init__(self, fun: Callable, static_argnums: Sequence[int], target,
                  precision: str, backend, random: Optional[str] = None, flexible=None,
-                 format: str = formats.DEFAULT, state=None, state_precision: str = "exact"):
+                 format: str = formats.DEFAULT, state=None, state_precision: str = "exact",
+                 stage: Optional[Stage] = None):
         self.fun = fun
+        self.stage = stage
         self.state = state  # the argument that lives in device state (stateful.py)
         self.state_precision = state_precision
         self.format_name = format
@@ -307,6 +333,8 @@ class CoreMLFunction:
         return static, dyn
 
     def _names(self, n_args):
+        if self.stage is not None and self.stage.names is not None:
+            return self.stage.names(n_args)
         names = arg_names(self.fun, n_args)
         return [nm for i, nm in enumerate(names) if i not in self.static_argnums]
 
@@ -326,14 +354,15 @@ class CoreMLFunction:
         names = self._names(len(args))  # flexible= axes -> symbolic dims (rlxjax/flexible.py)
         specs, enumerated = stages.structs(dyn, names, self.flexible, self.fun, len(args))
         traced = stages.trace(positional, specs, names, random=self.random, fmt=self.format)
-        traced = stages.finish(self._transform(traced, args))  # stages.py
+        transform = self._to_states if self.stage is None else self.stage.transform
+        traced = stages.finish(transform(traced, args))  # stages.py
         return Lowered(traced, self.target, self.precision, self.backend,
                        states=self._states(args), enumerated=enumerated, fmt=self.format,
                        state_layout=self._state_layout(args))
 
-    def _transform(self, traced: Traced, args) -> Traced:
-        """Hook for wrappers that rewrite the traced graph (coreml_grad). Here: the state
-        argument's leaves become states (``state=``, stateful.py)."""
+    def _to_states(self, traced: Traced, args) -> Traced:
+        """``coreml_jit``'s own transform: the state argument's leaves become states
+        (``state=``, stateful.py); without one, none."""
         layout = self._state_layout(args)
         if layout is None:
             return traced
@@ -341,13 +370,17 @@ class CoreMLFunction:
         return stateful.to_states(traced, layout, dyn_index)
 
     def _states(self, args):
-        """Hook for wrappers whose transform makes Core ML states (a train step with
-        state="mlstate"): graph input name -> the graph output written back into it."""
+        """The program's states: graph input name -> the graph output written back into
+        it (the stage's, else ``state=``'s)."""
+        if self.stage is not None and self.stage.states is not None:
+            return self.stage.states(args)
         layout = self._state_layout(args)
         return None if layout is None else layout.bindings()
 
     def _state_layout(self, args):
         """``state=``: where the state argument's leaves live (stateful.StateLayout)."""
+        if self.stage is not None and self.stage.state_layout is not None:
+            return self.stage.state_layout(args)
         if self.state is None:
             return None
         names = arg_names(self.fun, len(args))

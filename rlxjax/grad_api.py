@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from .api import CoreMLFunction
+from .api import CoreMLFunction, Stage
 from .errors import ArgumentError
 from .frontend import Traced
 from .frontend.zerosize import EmptyIO, graph_index
@@ -32,17 +32,21 @@ def _leaf_ranges(args, static_argnums):
 _LEAF = object()
 
 
-class GradFunction(CoreMLFunction):
-    def __init__(self, fun, argnums, has_aux, value, **jit_options):
-        super().__init__(fun, **jit_options)
+class GradTransform:
+    """The stage ``coreml_grad`` hands its ``CoreMLFunction`` (api.Stage): the traced
+    function's backward pass, the result laid out as ``jax.grad`` / ``value_and_grad``
+    lay theirs out."""
+
+    def __init__(self, argnums, has_aux, value, static_argnums):
         self.argnums = argnums
         self.has_aux = has_aux
         self.value = value
+        self.static_argnums = static_argnums
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         if not nums:
             raise ArgumentError("argnums must name at least one argument")
-        if set(nums) & set(self.static_argnums):
-            raise ArgumentError(f"argnums {nums} overlap static_argnums {self.static_argnums}")
+        if set(nums) & set(static_argnums):
+            raise ArgumentError(f"argnums {nums} overlap static_argnums {static_argnums}")
         self._nums = nums
 
     def _check_outputs(self, traced: Traced) -> int:
@@ -65,7 +69,7 @@ class GradFunction(CoreMLFunction):
             raise ArgumentError(f"gradient only defined for scalar float losses, got {loss_t}")
         return tree.num_leaves
 
-    def _transform(self, traced: Traced, args) -> Traced:
+    def __call__(self, traced: Traced, args) -> Traced:
         host = traced.host
         if host is not None:  # random="inputs": aux may hold host results (a new RNG state)
             host.require_device_loss("coreml_grad")
@@ -127,16 +131,22 @@ class GradFunction(CoreMLFunction):
         return traced.derive(graph, out_tree=out_tree, empty_out=empty_out, host=host)
 
 
+def _grad_function(fun, argnums, has_aux, value, jit_options) -> CoreMLFunction:
+    f = CoreMLFunction(fun, **_jit_kw(jit_options))
+    f.stage = Stage(GradTransform(argnums, has_aux, value, f.static_argnums))
+    return f
+
+
 def coreml_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
                 **jit_options):
     """Like ``jax.grad``, compiled into a Core ML ML Program (see ``coreml_jit``)."""
-    return GradFunction(fun, argnums, has_aux, value=False, **_jit_kw(jit_options))
+    return _grad_function(fun, argnums, has_aux, False, jit_options)
 
 
 def coreml_value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0,
                           has_aux: bool = False, **jit_options):
     """Like ``jax.value_and_grad``, compiled into a Core ML ML Program."""
-    return GradFunction(fun, argnums, has_aux, value=True, **_jit_kw(jit_options))
+    return _grad_function(fun, argnums, has_aux, True, jit_options)
 
 
 def _jit_kw(opts):

@@ -11,7 +11,7 @@ import os
 from collections import Counter
 
 from . import metadata as keys
-from .coreml import coremltools_quiet  # noqa: F401  (first: coremltools, quietly)
+from . import coremltools_quiet  # noqa: F401  (first: coremltools, quietly)
 from .coreml.mil import operations
 
 _SPEC_TO_TARGET = {6: "iOS15 / macOS12", 7: "iOS16 / macOS13", 8: "iOS17 / macOS14",

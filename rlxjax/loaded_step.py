@@ -30,6 +30,7 @@ from . import metadata
 from .errors import ArgumentError, RlxError
 from .pytree_json import from_names, rebuild
 from .training.layout import trained_leaves
+from .states.files import write_state_files
 from .states.mlstate import CHUNK, CODECS, host_pack, host_unpack, make_layout
 from .training.state import TrainState
 
@@ -300,8 +301,6 @@ class LoadedTrainStep(_Wrapper):
         if self.state_mode != "mlstate":
             raise RlxError("export_state is for a state='mlstate' step; this one keeps its "
                            "parameters in its inputs and outputs")
-        from .training.checkpoint import write_state_files
-
         pieces = host_pack(self._layout(state), self._check_names(state, ()))
         return write_state_files(folder, state.step,
                                  {self._state_names[g]: a for g, a in pieces.items()})

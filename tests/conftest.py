@@ -22,7 +22,7 @@ _HASHES = None  # program_hashes.Recorder when RLXJAX_PROGRAM_HASHES is set
 
 def pytest_configure(config):
     global _HASHES
-    from rlxjax.coreml import coremltools_quiet  # noqa: F401  (coremltools without notices)
+    from rlxjax import coremltools_quiet  # noqa: F401  (coremltools without notices)
     import program_hashes
 
     if program_hashes.FOLDER and _HASHES is None:  # tests/program_hashes.py

@@ -202,18 +202,9 @@ class CoreAIFormat(Format):
 
     def check_compression(self, scheme, target) -> None:
         """Every scheme decompresses with a Core AI op on every Core AI OS (weights.py)."""
-        from ..coreml.compress import SCHEMES
+        from ..compression.schemes import check_name
 
-        if scheme is not None and scheme not in SCHEMES:
-            raise ArgumentError(f"compress={scheme!r}: choose one of {', '.join(SCHEMES)} "
-                                "(or None to store weights in fp32)")
-
-    def compress_leaf(self, arr, scheme):
-        """The same payload as for Core ML (the quantisers of coremltools.optimize,
-        rlxjax/coreml/compress.py), decompressed in the program by weights.py."""
-        from ..coreml.compress import compress_leaf
-
-        return compress_leaf(arr, scheme)
+        check_name(scheme)
 
 
 FORMAT = CoreAIFormat()

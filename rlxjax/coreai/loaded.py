@@ -18,6 +18,7 @@ import numpy as np
 from .. import metadata, package_check
 from ..errors import ArgumentError, PackageError
 from ..loaded import LoadedFunction
+from ..states.files import read_state_files
 from .flexible import SHAPES, pick, read_rows
 from .worker import CoreAIRunner
 
@@ -194,8 +195,6 @@ class LoadedAIModel(LoadedFunction):
             raise ArgumentError(f"{self.path} has no states")
         state = self._runner().make_state()
         if folder is not None:
-            from ..training.checkpoint import read_state_files
-
             read_state_files(state, self.state_names, folder, optional=self._cache_states())
         return self._wrap_state(state)
 

@@ -1,7 +1,7 @@
 """Frozen weights (RLX ``weight``, ``trainable=`` / ``compress=``) in Core AI programs.
 
 A weight with scheme ``"none"`` is a constant. A compressed one is its payload (made by the
-same quantiser as for Core ML, rlxjax/coreml/compress.py, so both formats store the same
+same quantiser as for Core ML, rlxjax/compression/schemes.py, so both formats store the same
 numbers) decompressed by one Core AI op, to exactly the fp32 ``value`` the RLX node carries
 (the values the training step's maths and its JAX reference use):
 

@@ -7,5 +7,7 @@ resolves target names without coremltools: importing this package imports nothin
 builder.py emits the MIL ops; mil.py walks a lowered program and mil_cse.py /
 mil_linear_bias.py shrink it; validate.py loads it through coremltools' milproto loader;
 package.py writes the .mlpackage (multifunction.py: several programs as the functions of
-one). coremltools' private API is used from ct_private.py alone.
+one); compress.py names the oldest target of each ``compress=`` scheme (the payloads are
+format-neutral, rlxjax/compression/). coremltools' private API is used from ct_private.py
+alone here (and, for the quantisers both formats share, rlxjax/compression/ct_optimize.py).
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 import tempfile
 from typing import Dict, Tuple
 
-from . import coremltools_quiet  # noqa: F401  (first: coremltools without its notices)
+from .. import coremltools_quiet  # noqa: F401  (first: coremltools without its notices)
 from ..formats.base import Executable, Format
 from .lower import lower_graph
 from .mil_cse import mil_cse
@@ -131,11 +131,6 @@ class CoreMLFormat(Format):
         from .compress import check_scheme
 
         check_scheme(scheme, self.target(target))
-
-    def compress_leaf(self, arr, scheme):
-        from .compress import compress_leaf
-
-        return compress_leaf(arr, scheme)
 
 
 FORMAT = CoreMLFormat()

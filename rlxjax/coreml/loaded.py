@@ -19,6 +19,7 @@ import numpy as np
 from .. import package_check
 from ..errors import ArgumentError, PackageError, RlxError
 from ..loaded import LoadedFunction
+from ..states.files import read_state_files
 from .backends import REFERENCE_BACKENDS, resolve_backend
 from .multifunction import function_names, function_view
 from .package import MLPACKAGE_SUFFIX
@@ -260,7 +261,6 @@ class LoadedModel(LoadedFunction):
             raise ArgumentError(f"{self.path} has no Core ML states")
         state = self._make_state()
         if folder is not None:
-            from ..training.checkpoint import read_state_files
             read_state_files(state, self.state_names, folder, optional=self._cache_states())
         return self._wrap_state(state)
 

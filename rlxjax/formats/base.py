@@ -142,9 +142,13 @@ class Format(abc.ABC):
     def check_compression(self, scheme, target) -> None:
         """Refuse an unknown ``compress=`` scheme or a target too old for it."""
 
-    @abc.abstractmethod
     def compress_leaf(self, arr, scheme):
-        """The compressed storage of one frozen weight (None: stored as it is)."""
+        """The compressed storage of one frozen weight (None: stored as it is): the
+        format-neutral schemes' payload (rlxjax/compression/schemes.py), which every format
+        so far stores; a format with a storage of its own overrides this."""
+        from ..compression.schemes import compress_leaf
+
+        return compress_leaf(arr, scheme)
 
     def describe(self) -> Dict[str, str]:
         return {"name": self.name, "suffix": self.suffix, "default_target": self.default_target}

@@ -2,7 +2,7 @@
 
 ``weight(value, name, scheme[, data, scale, lut])`` has no inputs and yields ``value``: the
 values the program computes with (for a compressed weight, the *dequantised* values, which
-is also what a JAX reference must use: rlxjax.coreml.compress.dequantised). ``name`` is the
+is also what a JAX reference must use: ``Compressed.value``, rlxjax/compression). ``name`` is the
 parameter's pytree path ('params.Dense_0.kernel'); ``scheme`` says how the lowering stores
 it (rlxjax/coreml/rules/constexpr.py): ``"none"`` a plain constant, ``"fp16"``, ``"int8"``,
 ``"int4"``, ``"palettize4"``, ``"palettize8"`` Core ML ``constexpr_*`` ops on the payload
@@ -21,7 +21,7 @@ from .ops import _require, defop
 from .schema import ARRAY, STR, Param, one_of
 from .types import TensorType, dtype_from_numpy
 
-#: storage schemes of a frozen weight (rlxjax/coreml/compress.py computes the payloads)
+#: storage schemes of a frozen weight (rlxjax/compression/schemes.py computes the payloads)
 SCHEMES = ("none", "fp16", "int8", "int4", "palettize4", "palettize8")
 
 

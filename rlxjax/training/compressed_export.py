@@ -1,5 +1,5 @@
 """``export_inference(..., compress=)``: an inference program whose parameters are stored
-compressed (rlxjax/coreml/compress.py).
+compressed (rlxjax/compression/schemes.py).
 
 The function is traced with its parameters as inputs (so that each parameter keeps its
 identity), then each parameter input becomes a ``weight`` node (rlxjax/ir/weight.py) that
@@ -14,36 +14,32 @@ from typing import Callable
 import jax
 
 from .. import formats
-from ..api import CoreMLFunction
+from ..api import CoreMLFunction, Stage
 from ..compression import CompressionReport
 from ..frontend import Traced, arg_names, path_name
 from .frozen import bake_leaves, bake_weights
 
 
-class _Baked(CoreMLFunction):
-    """``fn(params, *inputs)`` traced with the parameter leaves as leading inputs, which
-    ``_transform`` replaces by weight nodes."""
+def _baked(fn, treedef, weights, **options) -> CoreMLFunction:
+    """``fn(params, *inputs)`` traced with the parameter leaves as leading inputs, which its
+    stage replaces by weight nodes."""
 
-    def __init__(self, fn, treedef, weights, **options):
-        self.weights = weights
-        self.inner = fn
+    def baked(leaves, *inputs):
+        return fn(jax.tree_util.tree_unflatten(treedef, leaves), *inputs)
 
-        def baked(leaves, *inputs):
-            return fn(jax.tree_util.tree_unflatten(treedef, leaves), *inputs)
-
-        baked.__name__ = getattr(fn, "__name__", "inference")
-        super().__init__(baked, static_argnums=(), **options)
-
-    def _names(self, n_args):
+    def names(n_args):
         try:
-            inspect.signature(self.inner)
-            names = arg_names(self.inner, n_args)[1:]
+            inspect.signature(fn)
+            rest = arg_names(fn, n_args)[1:]
         except (TypeError, ValueError):
-            names = [f"inputs.{i}" for i in range(n_args - 1)]
-        return ["params"] + names
+            rest = [f"inputs.{i}" for i in range(n_args - 1)]
+        return ["params"] + rest
 
-    def _transform(self, traced: Traced, args) -> Traced:
-        return bake_weights(traced, len(self.weights), self.weights, args[1:])
+    def bake(traced: Traced, args) -> Traced:
+        return bake_weights(traced, len(weights), weights, args[1:])
+
+    baked.__name__ = getattr(fn, "__name__", "inference")
+    return CoreMLFunction(baked, static_argnums=(), stage=Stage(bake, names=names), **options)
 
 
 def export_compressed(fn: Callable, params, example_inputs, *, path, target, precision,
@@ -53,7 +49,7 @@ def export_compressed(fn: Callable, params, example_inputs, *, path, target, pre
     flat, treedef = jax.tree_util.tree_flatten_with_path(params)
     values, weights, rows = bake_leaves([(path_name("params", p), leaf) for p, leaf in flat],
                                         compress, step_format)
-    step = _Baked(fn, treedef, weights, target=target, precision=precision, backend=backend)
+    step = _baked(fn, treedef, weights, target=target, precision=precision, backend=backend)
     compiled = step.lower(values, *example_inputs).compile()
     compiled.compression = CompressionReport(compress, tuple(rows))
     if path is not None:

@@ -21,7 +21,7 @@ def export_inference(fn: Callable, params, *example_inputs, path=None, target: s
     program; writes the ``.mlpackage`` too when ``path`` is given.
 
     ``compress`` (``"fp16"``, ``"int8"``, ``"int4"``, ``"palettize4"``, ``"palettize8"``)
-    stores each compressible parameter compressed (rlxjax/coreml/compress.py); the program
+    stores each compressible parameter compressed (rlxjax/compression/schemes.py); the program
     computes with the dequantised values, and ``compiled.compression`` reports bytes and
     errors per parameter."""
     if compress is not None:

@@ -1,6 +1,6 @@
 """The frozen / trainable split of a parameter tree (``trainable=``) and the baking of frozen
 leaves into a traced program as ``weight`` nodes (rlxjax/ir/weight.py), possibly compressed
-(``compress=``, rlxjax/coreml/compress.py). Used by training steps (trainable.py) and by
+(``compress=``, rlxjax/compression/schemes.py). Used by training steps (trainable.py) and by
 ``export_inference(compress=)`` (compressed_export.py); see trainable.py for the design."""
 from __future__ import annotations
 

@@ -26,19 +26,20 @@ import numpy as np
 from .. import metadata, stateful
 from ..errors import ArgumentError
 from ..ir import TensorType, dtype_from_numpy
-from .multifunction import TRAIN_FUNCTION, PredictFunction, _params_structs
+from .multifunction import TRAIN_FUNCTION, PredictStage, _params_structs
 
 
-class StatefulFunction(PredictFunction):
-    """``fn(params, cache, *inputs)`` of a training package, its cache in state."""
+class StatefulStage(PredictStage):
+    """``fn(params, cache, *inputs)`` of a training package, its cache in state: the
+    predict stage, then the cache argument's leaves made states after the training ones."""
 
     def __init__(self, fn: Callable, layout, *, state, state_precision: str, **kwargs):
         super().__init__(fn, layout, **kwargs)
         stateful.check_precision(state_precision)
         self.state, self.state_precision = state, state_precision
 
-    def _state_layout(self, args):
-        names = self._names(len(args))
+    def state_layout(self, args):
+        names = self.names(len(args))
         lead = 1 if self.split is None else 2
         if isinstance(self.state, int) and not isinstance(self.state, bool):
             pos = self.state + lead - 1  # a position among fn's own arguments
@@ -54,22 +55,22 @@ class StatefulFunction(PredictFunction):
                                        stateful.codec_name(self.format_name,
                                                            self.state_precision))
 
-    def _transform(self, traced, args):
-        traced = PredictFunction._transform(self, traced, args)
-        layout = self._state_layout(args)
+    def transform(self, traced, args):
+        traced = super().transform(traced, args)
+        layout = self.state_layout(args)
         removed = (0 if self.split is None else 1) + (self.layout.mode == "mlstate")
-        train = PredictFunction._states(self, args) or {}
+        train = super().states(args) or {}
         traced = stateful.to_states(traced, layout, layout.position - removed, set(train))
-        order = list(self._states(args))  # the training states first, as train_step has them
+        order = list(self.states(args))  # the training states first, as train_step has them
         g = traced.graph
         rank = {name: i for i, name in enumerate(order)}
         g.inputs = sorted((x for x in g.inputs if x[0] in rank), key=lambda x: rank[x[0]]) + \
             [x for x in g.inputs if x[0] not in rank]
         return traced
 
-    def _states(self, args):
-        train = PredictFunction._states(self, args) or {}
-        return {**train, **self._state_layout(args).bindings()}
+    def states(self, args):
+        train = super().states(args) or {}
+        return {**train, **self.state_layout(args).bindings()}
 
 
 def _train_with_cache_states(step, program, cache: stateful.StateLayout):
@@ -106,12 +107,12 @@ def save_train_functions(step, program, path, functions: Dict, state, state_prec
             raise ArgumentError(f"functions['{name}']: (fn, cache, *example_inputs) with "
                                 "fn(params, cache, *inputs) -> (out, new_cache)")
         fn, *example = spec
-        sf = StatefulFunction(fn, program.layout, target=step.target, backend=step.backend,
-                              format=step.format_name, split=split, state=state,
-                              state_precision=state_precision)
+        sf = StatefulStage(fn, program.layout, target=step.target, backend=step.backend,
+                           format=step.format_name, split=split, state=state,
+                           state_precision=state_precision)
         args = (*lead, _params_structs(program), *example)
-        layouts.append(sf._state_layout(args))
-        compiled[name] = sf.lower(*args).compile(keep_weight_layout=True)
+        layouts.append(sf.state_layout(args))
+        compiled[name] = sf.function().lower(*args).compile(keep_weight_layout=True)
     if any(lay.tensors != layouts[0].tensors for lay in layouts):
         raise ArgumentError("the functions' caches differ: the functions of one package "
                             "share one state, so each takes the same cache")

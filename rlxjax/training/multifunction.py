@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from .. import formats, metadata
-from ..api import CoreMLFunction
+from ..api import CoreMLFunction, Stage
 from ..errors import ArgumentError, RlxError
 from ..frontend import Traced, arg_names
 from ..frontend.interpreter import Lowering
@@ -41,28 +41,43 @@ from ..states.mlstate import Layout, role_states, unpack
 TRAIN_FUNCTION, PREDICT_FUNCTION = "train_step", "predict"
 
 
-class PredictFunction(CoreMLFunction):
-    """``fn(params, *inputs)`` compiled as the ``predict`` function of a training
-    package: params as inputs (io) or decoded from the training states (mlstate)."""
+class PredictStage:
+    """What ``fn(params, *inputs)`` compiled as the ``predict`` function of a training
+    package does between trace and finish (api.Stage): params as inputs (io) or decoded
+    from the training states (mlstate); a trainable= step's frozen leaves baked as the train
+    step's weights. ``function()`` is the ``CoreMLFunction`` that runs it."""
 
     def __init__(self, fn: Callable, layout, *, target, backend, split=None, format=None):
-        user = fn
-        if split is not None:  # trainable=: the frozen leaves are the train step's weights
-            def fn(frozen, params, *inputs):
-                return user(split.merge(params, frozen), *inputs)
-
-            fn.__name__ = getattr(user, "__name__", PREDICT_FUNCTION)
-        super().__init__(fn, static_argnums=(), target=target, precision="fp32",
-                         backend=backend, format=format or formats.DEFAULT)
         self.layout = layout  # the train program's TrainLayout
-        self.user_fn, self.split = user, split
+        self.user_fn, self.split = fn, split
+        self.target, self.backend = target, backend
+        self.format_name = format or formats.DEFAULT
 
-    def _names(self, n_args):
+    def traced_fn(self) -> Callable:
+        """The function traced: ``fn``, or (trainable=) ``fn`` over the frozen leaves
+        merged back into the parameters."""
+        user, split = self.user_fn, self.split
+        if split is None:
+            return user
+
+        def fn(frozen, params, *inputs):
+            return user(split.merge(params, frozen), *inputs)
+
+        fn.__name__ = getattr(user, "__name__", PREDICT_FUNCTION)
+        return fn
+
+    def function(self) -> CoreMLFunction:
+        return CoreMLFunction(self.traced_fn(), static_argnums=(), target=self.target,
+                              precision="fp32", backend=self.backend, format=self.format_name,
+                              stage=Stage(self.transform, names=self.names,
+                                          states=self.states, state_layout=self.state_layout))
+
+    def names(self, n_args):
         # params features are named as the train step names them ('params.Dense_0.kernel')
         lead = ["params"] if self.split is None else ["frozen", "params"]
         return lead + arg_names(self.user_fn, n_args - len(lead) + 1)[1:]
 
-    def _transform(self, traced: Traced, args) -> Traced:
+    def transform(self, traced: Traced, args) -> Traced:
         if self.split is not None:  # the same weight nodes (so the merge stores them once)
             traced = bake_weights(traced, len(self.split.values), self.split.weights, args[1:])
             args = args[1:]
@@ -70,10 +85,13 @@ class PredictFunction(CoreMLFunction):
             return traced
         return _params_from_states(traced, args[0], self.layout.tensors)
 
-    def _states(self, args):
+    def states(self, args):
         if self.layout.mode != "mlstate":
             return None
         return {s.graph_name: None for s in self.layout.states}  # read only
+
+    def state_layout(self, args):
+        return None  # no argument of its own in state (functions.py: a cache)
 
 
 def _params_from_states(traced: Traced, params, layout: Layout) -> Traced:
@@ -125,9 +143,8 @@ def compile_predict(step, program, fn: Callable, example_inputs):
         raise ArgumentError(f"predict=(fn, *example_inputs): fn must be callable, got "
                             f"{type(fn).__name__}")
     split = getattr(step, "split", None)  # a trainable= step: its frozen leaves
-    pf = PredictFunction(fn, program.layout, target=step.target, backend=step.backend,
-                         format=step.format_name,
-                         split=split)
+    pf = PredictStage(fn, program.layout, target=step.target, backend=step.backend,
+                      format=step.format_name, split=split).function()
     lead = () if split is None else (list(split.values),)
     lowered = pf.lower(*lead, _params_structs(program), *example_inputs)
     layout = program.layout

@@ -38,7 +38,7 @@ def coreml_train_step(loss: Callable, optimizer, *, state: str = "io", target=No
     ``params`` or a prefix of it, or a callable ``(path, leaf) -> bool``; the others are
     frozen into the program as weights, stored compressed with ``compress`` (``"fp16"``,
     ``"int8"``, ``"int4"``, ``"palettize4"``, ``"palettize8"``). See
-    rlxjax/training/trainable.py and rlxjax/coreml/compress.py.
+    rlxjax/training/trainable.py and rlxjax/compression/schemes.py.
     ``flexible``: batch axes whose size may change between steps of one program, by the
     loss's argument names, e.g. ``{"x": {0: (1, 256)}, "y": {0: (1, 256)}}`` (same bounds:
     one size; see ``coreml_jit`` and docs/flexible.md). Parameters and optimizer state

@@ -21,7 +21,7 @@ from .. import formats, stages
 from ..api import Compiled, Lowered
 from ..errors import ArgumentError, RlxError
 from ..frontend import arg_names, path_name
-from .checkpoint import write_state_files
+from ..states.files import write_state_files
 from .export import numpy_tree
 from .layout import MODES, leaf_struct
 from .microbatch import micro_step_fn

@@ -24,7 +24,7 @@ The split (``FrozenSplit``):
   transform differentiates only with respect to the trainable inputs, so no gradient is
   computed for a frozen leaf (no weight-gradient matmul, no update), while activations'
   gradients still flow through it. With ``compress=`` each compressible frozen leaf
-  (rlxjax/coreml/compress.py) is stored compressed, and the program computes with its
+  (rlxjax/compression/schemes.py) is stored compressed, and the program computes with its
   dequantised values; ``step.params(state)`` returns the whole tree with the frozen leaves
   as the program sees them (``step.frozen_params()`` the dequantised base alone, for a JAX
   reference).

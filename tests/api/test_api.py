@@ -226,3 +226,20 @@ def test_save_removes_staging_left_by_killed_writers(tmp_path):
     live.mkdir()
     rlxjax.coreml_jit(lambda x: x + 1).lower(_x(2)).compile().save(tmp_path / "m.mlpackage")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.mlpackage", live.name])
+
+
+def test_grad_with_static_arguments_and_its_argnums_errors():
+    """coreml_grad's stage (grad_api.GradTransform) counts leaves past a static argument, and
+    refuses argnums it cannot honour before anything is traced."""
+    def f(scale, w, x):
+        return jnp.sum(jnp.tanh(w * x) * scale)
+
+    w, x = np.linspace(-1, 1, 6).astype(np.float32), np.full(6, 0.5, np.float32)
+    for argnums in (1, (1, 2)):
+        got = rlxjax.coreml_value_and_grad(f, argnums=argnums, static_argnums=0)(3.0, w, x)
+        want = jax.value_and_grad(f, argnums=argnums)(3.0, w, x)
+        assert_tree_close(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(rlxjax.ArgumentError, match="overlap static_argnums"):
+        rlxjax.coreml_grad(f, argnums=0, static_argnums=0)
+    with pytest.raises(rlxjax.ArgumentError, match="at least one argument"):
+        rlxjax.coreml_grad(f, argnums=())

@@ -123,7 +123,7 @@ def test_trainable_leaves_train_on_a_frozen_base():
 def test_a_compressed_frozen_base_decompresses_exactly_on_core_ai(scheme):
     """The frozen w1 stored with ``scheme``: the step computes with exactly the values the
     quantiser's own dequantisation gives (JAX + optax on that dequantised base)."""
-    from rlxjax.coreml.compress import compress_leaf
+    from rlxjax.compression.schemes import compress_leaf
 
     big = {"w1": _f32(64, 32), "b1": np.zeros(32, np.float32), "w2": _f32(32, 2)}
     x = _f32(16, 64, scale=1.0)
@@ -208,7 +208,7 @@ def test_a_frozen_base_from_the_weight_store_is_exact_and_int4_is_packed(scheme,
     dequantised base, and an int4 asset stores about half the bytes of an int8 one. w1 has
     an odd number of values (a last half-filled byte; 95 rows: one int4 scale a column,
     the blockwise scales are tested above)."""
-    from rlxjax.coreml.compress import compress_leaf
+    from rlxjax.compression.schemes import compress_leaf
 
     big = {"w1": _f32(95, 1365), "b1": np.zeros(1365, np.float32), "w2": _f32(1365, 2)}
     x = _f32(16, 95, scale=1.0)

@@ -1,4 +1,5 @@
-"""compress=: frozen weights stored with Core ML's constexpr ops (rlxjax/coreml/compress.py,
+"""compress=: frozen weights stored with Core ML's constexpr ops (the payloads of
+rlxjax/compression/schemes.py, the targets of rlxjax/coreml/compress.py,
 rlxjax/coreml/rules/constexpr.py).
 
 Per scheme and target: the program passes coremltools' MIL loader, coremltools' own
@@ -16,7 +17,9 @@ import numpy as np
 import pytest
 
 import rlxjax
-from rlxjax.coreml.compress import SCHEMES, compress_leaf, compressible
+from rlxjax.compression import compressible
+from rlxjax.compression.schemes import compress_leaf
+from rlxjax.coreml.compress import SCHEMES
 from rlxjax.coreml.lower import lower_graph
 from rlxjax.coreml.targets import TARGETS, get_target
 from rlxjax.coreml.validate import validate_model

@@ -156,8 +156,14 @@ FORMAT_RUNTIME_SIDE = ("rlxjax.coreml.format", "rlxjax.coreml.loaded", "rlxjax.c
 RUNTIME = ("rlxjax.coreml.interpreter", "rlxjax.coreml.backends", "rlxjax.runtime")
 
 
+def _in(module: str, packages) -> bool:
+    """Whether ``module`` is one of ``packages`` or inside one (not a name that merely
+    starts alike: rlxjax.coremltools_quiet is no rlxjax.coreml module)."""
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
 def _runtime(module: str) -> bool:
-    return any(module == r or module.startswith(r + ".") for r in RUNTIME)
+    return _in(module, RUNTIME)
 
 
 def test_compile_path_does_not_import_the_reference_interpreter():
@@ -166,8 +172,8 @@ def test_compile_path_does_not_import_the_reference_interpreter():
     format object and its loader run programs, so they may; nothing of the compile path
     imports them."""
     edges = import_graph()
-    compile_path = [m for m in edges if m.startswith(("rlxjax.coreml", "rlxjax.coreai",
-                                                      "rlxjax.transforms"))
+    compile_path = [m for m in edges if _in(m, ("rlxjax.coreml", "rlxjax.coreai",
+                                                "rlxjax.transforms"))
                     and m not in FORMAT_RUNTIME_SIDE and not _runtime(m)]
     assert "rlxjax.coreml.lower" in compile_path and "rlxjax.coreml.interpreter.interpreter" \
         in edges, "the layout this test knows moved: update RUNTIME"
@@ -180,7 +186,7 @@ def test_compile_path_does_not_import_the_reference_interpreter():
 NEUTRAL = ("rlxjax.api", "rlxjax.grad_api", "rlxjax.load", "rlxjax.loaded", "rlxjax.calling",
            "rlxjax.metadata", "rlxjax.program", "rlxjax.signature", "rlxjax.formats",
            "rlxjax.training", "rlxjax.frontend", "rlxjax.transforms", "rlxjax.ir",
-           "rlxjax.stages", "rlxjax.states", "rlxjax.stateful")
+           "rlxjax.stages", "rlxjax.states", "rlxjax.stateful", "rlxjax.compression")
 FORMAT_PACKAGES = ("rlxjax.coreml", "rlxjax.coreai", "rlxjax.runtime")
 
 
@@ -189,29 +195,71 @@ def test_neutral_layers_import_no_format_module():
     registry (rlxjax/formats/), which imports its module on first use."""
     edges = import_graph()
     bad = sorted((m, t) for m, ts in edges.items() for t in ts
-                 if m.startswith(NEUTRAL) and t.startswith(FORMAT_PACKAGES))
+                 if _in(m, NEUTRAL) and _in(t, FORMAT_PACKAGES))
     assert not bad, f"format-neutral modules import a format's modules: {bad}"
 
 
-#: the layers the compile stands on, and what stands on them: no module of the first imports
-#: one of the second (stateful.py once imported training/ at call time to dodge a loop; the
-#: state codecs now live below both, in rlxjax/states/)
-BELOW = ("rlxjax.ir", "rlxjax.frontend", "rlxjax.transforms", "rlxjax.program",
-         "rlxjax.metadata", "rlxjax.signature", "rlxjax.formats", "rlxjax.states",
-         "rlxjax.stateful", "rlxjax.stages")
-ABOVE = ("rlxjax.api", "rlxjax.grad_api", "rlxjax.training", "rlxjax.load",
-         "rlxjax.loaded_step", "rlxjax.flower", "rlxjax.cli")
+#: the layers, bottom to top: no module imports one of a higher layer. The compile's core
+#: (the IR, frontend, transforms, the format-neutral program, its states, metadata and
+#: compression, and the loaded-function base a format's loader extends); the formats, which
+#: stand on it (a format's loader once read state files from training/; they are
+#: rlxjax/states/files.py now, and the compress= schemes both formats use are
+#: rlxjax/compression/, no longer coreml/); and what stands on both: the user's API, the
+#: training step, loading, the CLI - which reach a format only through the registry
+#: (rlxjax/formats/ imports its module by name on first use). stateful.py once imported
+#: training/ at call time to dodge a loop; the state codecs now live below both.
+LAYERS = (
+    ("core", ("rlxjax.ir", "rlxjax.frontend", "rlxjax.transforms", "rlxjax.program",
+              "rlxjax.metadata", "rlxjax.signature", "rlxjax.formats", "rlxjax.states",
+              "rlxjax.stateful", "rlxjax.stages", "rlxjax.compression", "rlxjax.calling",
+              "rlxjax.loaded")),
+    ("formats", FORMAT_PACKAGES),
+    ("API", ("rlxjax.api", "rlxjax.grad_api", "rlxjax.training", "rlxjax.load",
+             "rlxjax.loaded_step", "rlxjax.flower", "rlxjax.cli")),
+)
 
 
-def _in(module: str, layers) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in layers)
+def _layer(module: str):
+    return next((i for i, (_, names) in enumerate(LAYERS) if _in(module, names)), None)
+
+
+def test_the_layers_name_modules_that_exist():
+    edges = import_graph()
+    for _, names in LAYERS:
+        for name in names:
+            assert any(_in(m, (name,)) for m in edges), f"{name}: no such module (moved?)"
+    all_names = [n for _, names in LAYERS for n in names]
+    assert len(set(all_names)) == len(all_names)
 
 
 def test_no_import_up_the_layers():
     edges = import_graph()
-    bad = sorted((m, t) for m, ts in edges.items() for t in ts
-                 if _in(m, BELOW) and _in(t, ABOVE))
+    bad = sorted((m, t, f"{LAYERS[_layer(m)][0]} -> {LAYERS[_layer(t)][0]}")
+                 for m, ts in edges.items() for t in ts
+                 if _layer(m) is not None and _layer(t) is not None and _layer(m) < _layer(t))
     assert not bad, f"imports up the layers: {bad}"
+
+
+def test_formats_import_no_other_format():
+    """Core ML and Core AI are siblings: what both use (the compress= schemes, state files,
+    the loaded-function base) lives below them, so neither imports the other (Core AI once
+    borrowed coreml/compress.py). rlxjax.runtime is Core ML's (its deprecated old name)."""
+    edges = import_graph()
+    family = {"rlxjax.coreml": "coreml", "rlxjax.runtime": "coreml", "rlxjax.coreai": "coreai"}
+
+    def fmt(m):
+        return next((f for p, f in family.items() if _in(m, (p,))), None)
+
+    bad = sorted((m, t) for m, ts in edges.items() for t in ts
+                 if fmt(m) and fmt(t) and fmt(m) != fmt(t))
+    assert not bad, f"one format imports another: {bad}"
+
+
+def test_the_layer_check_sees_an_import_up():
+    """(the check itself: a format reading training/, as loaded.py once did, is caught)"""
+    assert _layer("rlxjax.coreml.loaded") < _layer("rlxjax.training.checkpoint")
+    assert _layer("rlxjax.compression.schemes") < _layer("rlxjax.coreml.compress")
+    assert _layer("rlxjax.coreai.format") == _layer("rlxjax.coreml.compress")  # same layer
 
 
 def test_one_module_defines_the_metadata_keys():

@@ -5,7 +5,7 @@ default (backend ``"reference"``). ``AcceleratedProgram`` (accelerated/: program
 prepared.py and codegen.py) is the explicit speed option (backend ``"reference-fast"``): same
 loading, checks and errors, bit-identical results, several times faster on training steps.
 """
-from ...coreml import coremltools_quiet  # noqa: F401  (first: coremltools, quietly)
+from ... import coremltools_quiet  # noqa: F401  (first: coremltools, quietly)
 from .accelerated import AcceleratedProgram
 from .interpreter import ReferenceProgram, ReferenceRuntimeError
 from .ops.random import seed_fresh_draws

@@ -1,5 +1,5 @@
-"""The int8 / int4 quantiser of coreml/compress.py is coremltools.optimize's, bit for bit:
-its data and scales equal ``linear_quantize_weights.blockwise_compress`` (LINEAR_SYMMETRIC,
+"""The int8 / int4 quantiser of rlxjax/compression/schemes.py is coremltools.optimize's, bit
+for bit: its data and scales equal ``linear_quantize_weights.blockwise_compress`` (LINEAR_SYMMETRIC,
 signed) of the whole array, all-zero blocks stored as scale 1 and zeros (what a constexpr
 op cannot take as scale 0), and the report's error is the float64 one."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rlxjax.compression import ErrorMeter
-from rlxjax.coreml.compress import INT4_BLOCK, compress_leaf
+from rlxjax.compression.schemes import INT4_BLOCK, compress_leaf
 
 
 def _coremltools(arr, nbits, blocks):
@@ -61,11 +61,11 @@ def test_quantiser_is_coremltools_bit_for_bit(arr, scheme):
 @pytest.mark.parametrize("chunk", [1, 7])
 def test_a_leaf_bigger_than_a_piece_is_quantised_as_a_whole(monkeypatch, chunk):
     """Runs of rows of a few elements each (CHUNK made tiny): the same as one piece."""
-    from rlxjax.coreml import compress
+    from rlxjax.compression import schemes
 
     arr = np.random.default_rng(1).standard_normal((96, 5)).astype(np.float32)
     for scheme, nbits, blocks in (("int8", 8, [0, 1]), ("int4", 4, [32, 1])):
-        monkeypatch.setattr(compress, "CHUNK", chunk)
+        monkeypatch.setattr(schemes, "CHUNK", chunk)
         c = compress_leaf(arr, scheme)
         data, scale = _coremltools(arr, nbits, blocks)
         np.testing.assert_array_equal(c.data, data, strict=True)

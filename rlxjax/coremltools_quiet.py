@@ -5,8 +5,9 @@ That is expected here (programs run on the reference backend), so exactly those 
 records are dropped, as are its notices that an installed scikit-learn / TensorFlow / torch
 is a version its *converters* do not support (rlxjax uses none of them; scikit-learn comes
 with rlxjax[flower]); everything else coremltools logs still shows. Imported first by the
-modules through which a user first reaches coremltools (format.py, the reference
-interpreter, rlxjax inspect).
+modules through which a user first reaches coremltools (coreml/format.py, the reference
+interpreter, rlxjax inspect, the compress= quantisers both formats use:
+compression/ct_optimize.py).
 
 coremltools looks for scikit-learn at import (``coremltools._deps``) only to enable its
 scikit-learn converters, and disables them for a scikit-learn newer than the newest it

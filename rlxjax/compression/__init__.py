@@ -1,8 +1,8 @@
-"""Compressed frozen weights, format-neutral: what a weight stores and what compression did.
+"""Compressed frozen weights, format-neutral: the schemes, what a weight stores, the report.
 
-A format's scheme (Core ML: rlxjax/coreml/compress.py, ``compress=``) turns a weight into a
-``Compressed`` - its payload and the values the program computes with - which the RLX
-graph's ``weight`` node carries (rlxjax/ir/weight.py); ``leaf_report`` and
+This module is the data model; a ``compress=`` scheme (schemes.py, shared by the formats)
+turns a weight into a ``Compressed`` - its payload and the values the program computes with -
+which the RLX graph's ``weight`` node carries (rlxjax/ir/weight.py); ``leaf_report`` and
 ``CompressionReport`` say what that cost in bytes and error, per weight.
 """
 from __future__ import annotations
