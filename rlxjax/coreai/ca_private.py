@@ -226,11 +226,6 @@ def to_runtime(value: np.ndarray):
     return NDArray(np.ascontiguousarray(value))
 
 
-def from_runtime(array) -> np.ndarray:
-    """A numpy view of a runtime array's values (no copy: valid while ``array`` is)."""
-    return array.numpy()
-
-
 # -- control flow: coreai's while / if, private in coreai-core 1.0.0b3 ----------------------
 def _raw_dialect():
     coreai()  # the private dialect module is imported after coreai.authoring

@@ -1,0 +1,120 @@
+"""Core AI runtime arrays filled and read in place, in the worker process (serve.py).
+
+coreai-core 1.0.0b3 copies on both sides of a call: ``NDArray(numpy_array)`` converts at a
+few hundred MB/s (16 MiB: 48-130 ms here, where a memory copy takes 2-12 ms), and
+``NDArray.numpy()`` returns a fresh copy (DLPack), not a view. The runtime array's own memory
+is reachable through its buffer protocol (``memoryview``: read-only, one element per item), so
+the worker
+
+* allocates an input array once per function and input (``NDArray.from_descriptor``: the
+  function's own shape and dtype) and refills it in place for every call (``Inputs``): the
+  runtime reads the refilled values (tests/coreai_format/test_coreai_worker.py checks a
+  call never computes on an earlier call's input);
+* reads an output or a state in place (``host_view``) and copies it once, into shared memory.
+
+Where an array is not the plain C-order layout of a numpy dtype (sub-byte types, a shape
+the descriptor leaves open, a buffer whose item size or strides say otherwise), it falls back
+to coreai-core's copying ``NDArray(...)`` / ``.numpy()``; the first in-place read of each
+runtime dtype is checked against ``.numpy()``, so a layout rlxjax misreads is an error, never
+wrong numbers.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Dict, Optional
+
+import numpy as np
+
+#: runtime dtypes packed below a byte per element: never read in place
+_SUB_BYTE = {"int2", "uint2", "int4", "uint4", "float4e2m1fn"}
+_checked: set = set()   # runtime dtypes whose in-place read matched .numpy()
+_checked_in: set = set()  # runtime dtypes whose in-place fill read back as written
+
+
+def _numpy_dtype(name: str) -> Optional[np.dtype]:
+    if name in _SUB_BYTE:
+        return None
+    try:
+        from coreai.runtime._ndarray import _RUNTIME_TO_NUMPY_DTYPE
+        return np.dtype(_RUNTIME_TO_NUMPY_DTYPE.get(name, name))
+    except (ImportError, TypeError):
+        return None
+
+
+def host_view(array, writable: bool = False) -> Optional[np.ndarray]:
+    """A numpy view of runtime array ``array``'s own memory (valid while ``array`` lives:
+    the view keeps it alive), or None where it is not a plain C-order array of a numpy
+    dtype."""
+    dt = _numpy_dtype(array.dtype)
+    shape = tuple(int(s) for s in array.shape)
+    if dt is None:
+        return None
+    try:
+        mv = memoryview(array._tensor)  # noqa: SLF001 - the runtime's own buffer
+    except (TypeError, AttributeError, BufferError):
+        return None
+    nbytes = dt.itemsize * int(np.prod(shape, dtype=np.int64))
+    c_strides = tuple(int(dt.itemsize * np.prod(shape[i + 1:], dtype=np.int64))
+                      for i in range(len(shape)))
+    if (nbytes == 0 or tuple(mv.shape) != shape or mv.itemsize != dt.itemsize
+            or mv.nbytes != nbytes or tuple(mv.strides) != c_strides):
+        return None
+    address = np.frombuffer(mv, np.uint8).__array_interface__["data"][0]
+    raw = (ctypes.c_ubyte * nbytes).from_address(address)
+    raw._owner = array  # the runtime array lives as long as a view of its memory
+    view = np.frombuffer(raw, np.uint8).view(dt).reshape(shape)
+    view.flags.writeable = writable
+    return view
+
+
+def to_host(array) -> np.ndarray:
+    """Runtime array ``array``'s values without a copy where it can (``host_view``), else
+    coreai-core's copy; a view is valid while ``array`` lives."""
+    view = host_view(array)
+    if view is None:
+        return array.numpy()
+    if array.dtype not in _checked:
+        if view.tobytes() != np.ascontiguousarray(array.numpy()).tobytes():
+            raise RuntimeError(f"internal: a Core AI runtime array of {array.dtype} does not "
+                               "read back in place as .numpy() reads it")
+        _checked.add(array.dtype)
+    return view
+
+
+class Inputs:
+    """One function's input arrays, allocated on the first call of each and refilled in
+    place by every later one (module doc)."""
+
+    def __init__(self, function):
+        self.desc = function.desc
+        self.slots: Dict[str, tuple] = {}
+
+    def __call__(self, name: str, value: np.ndarray):
+        from coreai.runtime import NDArray
+
+        slot = self.slots.get(name)
+        if slot is None or slot[1].shape != value.shape or slot[1].dtype != value.dtype:
+            slot = self._allocate(name, value)
+            if slot is None:
+                return NDArray(np.ascontiguousarray(value))
+            self.slots[name] = slot
+        np.copyto(slot[1], value, casting="no")
+        if slot[0].dtype not in _checked_in:
+            if np.ascontiguousarray(slot[0].numpy()).tobytes() != value.tobytes():
+                raise RuntimeError(f"internal: a Core AI runtime array of {slot[0].dtype} "
+                                   "filled in place does not read back as written")
+            _checked_in.add(slot[0].dtype)
+        return slot[0]
+
+    def _allocate(self, name: str, value: np.ndarray):
+        from coreai.runtime import NDArray
+
+        try:
+            desc = self.desc.input_descriptor(name)
+        except Exception:  # noqa: BLE001 - an input the descriptor does not know
+            return None
+        if list(desc.shape) != list(value.shape) or _numpy_dtype(desc.dtype) != value.dtype:
+            return None   # a flexible dimension, or another dtype: the copying constructor
+        array = NDArray.from_descriptor(desc)
+        view = host_view(array, writable=True)
+        return None if view is None else (array, view)
