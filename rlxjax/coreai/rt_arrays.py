@@ -25,20 +25,14 @@ from typing import Dict, Optional
 
 import numpy as np
 
-#: runtime dtypes packed below a byte per element: never read in place
-_SUB_BYTE = {"int2", "uint2", "int4", "uint4", "float4e2m1fn"}
+from . import ca_private
+
 _checked: set = set()   # runtime dtypes whose in-place read matched .numpy()
 _checked_in: set = set()  # runtime dtypes whose in-place fill read back as written
 
 
 def _numpy_dtype(name: str) -> Optional[np.dtype]:
-    if name in _SUB_BYTE:
-        return None
-    try:
-        from coreai.runtime._ndarray import _RUNTIME_TO_NUMPY_DTYPE
-        return np.dtype(_RUNTIME_TO_NUMPY_DTYPE.get(name, name))
-    except (ImportError, TypeError):
-        return None
+    return ca_private.runtime_numpy_dtype(name)
 
 
 def host_view(array, writable: bool = False) -> Optional[np.ndarray]:
@@ -50,7 +44,7 @@ def host_view(array, writable: bool = False) -> Optional[np.ndarray]:
     if dt is None:
         return None
     try:
-        mv = memoryview(array._tensor)  # noqa: SLF001 - the runtime's own buffer
+        mv = ca_private.runtime_buffer(array)
     except (TypeError, AttributeError, BufferError):
         return None
     nbytes = dt.itemsize * int(np.prod(shape, dtype=np.int64))
@@ -90,8 +84,7 @@ class Inputs:
         self.slots: Dict[str, tuple] = {}
 
     def __call__(self, name: str, value: np.ndarray):
-        from coreai.runtime import NDArray
-
+        NDArray = ca_private.runtime_ndarray()
         slot = self.slots.get(name)
         if slot is None or slot[1].shape != value.shape or slot[1].dtype != value.dtype:
             slot = self._allocate(name, value)
@@ -107,14 +100,12 @@ class Inputs:
         return slot[0]
 
     def _allocate(self, name: str, value: np.ndarray):
-        from coreai.runtime import NDArray
-
         try:
             desc = self.desc.input_descriptor(name)
         except Exception:  # noqa: BLE001 - an input the descriptor does not know
             return None
         if list(desc.shape) != list(value.shape) or _numpy_dtype(desc.dtype) != value.dtype:
             return None   # a flexible dimension, or another dtype: the copying constructor
-        array = NDArray.from_descriptor(desc)
+        array = ca_private.runtime_ndarray().from_descriptor(desc)
         view = host_view(array, writable=True)
         return None if view is None else (array, view)
