@@ -21,6 +21,7 @@ wrong numbers.
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Dict, Optional
 
 import numpy as np
@@ -40,30 +41,34 @@ def host_view(array, writable: bool = False) -> Optional[np.ndarray]:
     the view keeps it alive), or None where it is not a plain C-order array of a numpy
     dtype."""
     dt = _numpy_dtype(array.dtype)
-    shape = tuple(int(s) for s in array.shape)
     if dt is None:
         return None
+    shape = tuple(array.shape)
     try:
         mv = ca_private.runtime_buffer(array)
     except (TypeError, AttributeError, BufferError):
         return None
-    nbytes = dt.itemsize * int(np.prod(shape, dtype=np.int64))
-    c_strides = tuple(int(dt.itemsize * np.prod(shape[i + 1:], dtype=np.int64))
-                      for i in range(len(shape)))
-    if (nbytes == 0 or tuple(mv.shape) != shape or mv.itemsize != dt.itemsize
-            or mv.nbytes != nbytes or tuple(mv.strides) != c_strides):
+    nbytes = dt.itemsize * math.prod(shape)
+    if (nbytes == 0 or mv.nbytes != nbytes or mv.itemsize != dt.itemsize
+            or tuple(mv.shape) != shape or not mv.c_contiguous):
         return None
-    address = np.frombuffer(mv, np.uint8).__array_interface__["data"][0]
-    raw = (ctypes.c_ubyte * nbytes).from_address(address)
-    raw._owner = array  # the runtime array lives as long as a view of its memory
-    view = np.frombuffer(raw, np.uint8).view(dt).reshape(shape)
-    view.flags.writeable = writable
-    return view
+    flat = np.frombuffer(mv, np.uint8)   # read-only, holding the buffer (and the array)
+    if writable:  # the runtime exports its buffer read-only; an input is ours to fill
+        raw = (ctypes.c_ubyte * nbytes).from_address(flat.__array_interface__["data"][0])
+        raw._owner = flat
+        flat = np.frombuffer(raw, np.uint8)
+    return flat.view(dt).reshape(shape)
+
+
+#: an output of fewer elements is copied by ``.numpy()`` (a few us), cheaper than the view
+SMALL = 4096
 
 
 def to_host(array) -> np.ndarray:
     """Runtime array ``array``'s values without a copy where it can (``host_view``), else
     coreai-core's copy; a view is valid while ``array`` lives."""
+    if math.prod(array.shape) < SMALL:
+        return array.numpy()
     view = host_view(array)
     if view is None:
         return array.numpy()
@@ -82,21 +87,25 @@ class Inputs:
     def __init__(self, function):
         self.desc = function.desc
         self.slots: Dict[str, tuple] = {}
+        self.copied: set = set()   # (name, shape, dtype) the copying constructor takes
 
     def __call__(self, name: str, value: np.ndarray):
-        NDArray = ca_private.runtime_ndarray()
         slot = self.slots.get(name)
         if slot is None or slot[1].shape != value.shape or slot[1].dtype != value.dtype:
-            slot = self._allocate(name, value)
+            key = (name, value.shape, value.dtype.str)
+            slot = None if key in self.copied else self._allocate(name, value)
             if slot is None:
-                return NDArray(np.ascontiguousarray(value))
+                self.copied.add(key)
+                return ca_private.runtime_ndarray()(np.ascontiguousarray(value))
             self.slots[name] = slot
+            np.copyto(slot[1], value, casting="no")
+            if slot[0].dtype not in _checked_in:  # once per dtype: the fill is what it reads
+                if np.ascontiguousarray(slot[0].numpy()).tobytes() != value.tobytes():
+                    raise RuntimeError(f"internal: a Core AI runtime array of {slot[0].dtype} "
+                                       "filled in place does not read back as written")
+                _checked_in.add(slot[0].dtype)
+            return slot[0]
         np.copyto(slot[1], value, casting="no")
-        if slot[0].dtype not in _checked_in:
-            if np.ascontiguousarray(slot[0].numpy()).tobytes() != value.tobytes():
-                raise RuntimeError(f"internal: a Core AI runtime array of {slot[0].dtype} "
-                                   "filled in place does not read back as written")
-            _checked_in.add(slot[0].dtype)
         return slot[0]
 
     def _allocate(self, name: str, value: np.ndarray):
