@@ -8,14 +8,15 @@ the worker
 
 * allocates an input array once per function and input (``NDArray.from_descriptor``: the
   function's own shape and dtype) and refills it in place for every call (``Inputs``): the
-  runtime reads the refilled values (tests/coreai_format/test_coreai_worker.py checks a
-  call never computes on an earlier call's input);
-* reads an output or a state in place (``host_view``) and copies it once, into shared memory.
+  runtime reads the refilled values (tests/coreai_format/test_coreai_worker_arrays.py
+  checks a call never computes on an earlier call's input);
+* reads an output (of 4096 elements or more: a smaller one costs less through ``.numpy()``)
+  or a state in place (``host_view``) and copies it once, into shared memory.
 
 Where an array is not the plain C-order layout of a numpy dtype (sub-byte types, a shape
 the descriptor leaves open, a buffer whose item size or strides say otherwise), it falls back
-to coreai-core's copying ``NDArray(...)`` / ``.numpy()``; the first in-place read of each
-runtime dtype is checked against ``.numpy()``, so a layout rlxjax misreads is an error, never
+to coreai-core's copying ``NDArray(...)`` / ``.numpy()``; the first in-place read and fill of
+each runtime dtype are checked against ``.numpy()``, so a layout rlxjax misreads is an error, never
 wrong numbers.
 """
 from __future__ import annotations
