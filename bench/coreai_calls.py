@@ -14,8 +14,12 @@ and ``direct``: the asset rlxjax ran (the very file, the same function and the s
 arrays, captured from rlxjax's call), loaded once in this process with coreai-core's
 runtime and called as a synchronous Python program calls it:
 ``loop.run_until_complete(fn({name: NDArray(a)}))`` on one event loop, each output read back
-with ``.numpy()`` (zero-copy). Both are timed round robin in one run, the direct call then
-rlxjax's, medians of ``repeats`` (fewer at the largest sizes, where one call takes seconds).
+with ``.numpy()`` (both copy in coreai-core 1.0.0b3, ``NDArray(a)`` at a few hundred MB/s);
+and ``in-place``: the same in this process with the worker's own array handling
+(rlxjax/coreai/rt_arrays.py: inputs refilled in place, outputs read in place and not copied),
+the best one process does: ``/in-pl`` is what the worker process itself costs. All three
+are timed round robin in one run, medians of ``repeats`` (fewer at the largest sizes,
+where one call takes seconds).
 
 Run: ``python bench/coreai_calls.py [--sizes 4,1K,64K,1M,16M,64M,256M] [--repeats 40]
 [--paths compiled,loaded,step]`` (sizes in bytes of one float32 array; K/M = KiB/MiB).
@@ -90,6 +94,25 @@ class Direct:
         self.loop.close()
 
 
+class DirectInPlace(Direct):
+    """The same asset in this process, its arrays handled as rlxjax's worker handles them
+    (rlxjax/coreai/rt_arrays.py: inputs refilled in place, outputs read in place, no copy
+    kept): the best one process does, so rlxjax / this is the worker's own cost."""
+
+    def __init__(self, path: str, function: str):
+        super().__init__(path, function)
+        from rlxjax.coreai import rt_arrays
+
+        self.rt, self.inputs = rt_arrays, rt_arrays.Inputs(self.fn)
+
+    def __call__(self, feeds):
+        async def go():
+            out = await self.fn({k: self.inputs(k, v) for k, v in feeds.items()})
+            return {k: self.rt.to_host(v) for k, v in out.items()}
+
+        return self.loop.run_until_complete(go())
+
+
 def _paths(n: int, which, tmp: str):
     """{path name: (rlxjax call)} for float32 arrays of ``n`` elements."""
     import jax.numpy as jnp
@@ -135,8 +158,8 @@ def main(argv=None):
         worker.set_timeout(900)
     capture = Captured()
     rows = []
-    print(f"{'path':<9} {'size':>8} {'direct ms':>10} {'rlxjax ms':>10} {'ratio':>6}",
-          flush=True)
+    print(f"{'path':<9} {'size':>8} {'direct ms':>10} {'in-place':>9} {'rlxjax ms':>10} "
+          f"{'ratio':>6} {'/in-pl':>6}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for size in [_bytes(s) for s in args.sizes.split(",")]:
             n = max(1, size // 4)
@@ -145,18 +168,22 @@ def main(argv=None):
             for name, call in _paths(n, which, tmp).items():
                 call()  # compiles and loads in the worker, captures the feeds
                 path, function, feeds = capture.last
-                direct = Direct(path, function)
+                direct, inplace = Direct(path, function), DirectInPlace(path, function)
                 direct(feeds)
-                t_direct, t_rlx = [], []
+                inplace(feeds)
+                t_direct, t_in, t_rlx = [], [], []
                 for _ in range(reps):
                     t_direct.append(_time(lambda: direct(feeds)))
+                    t_in.append(_time(lambda: inplace(feeds)))
                     t_rlx.append(_time(call))
                 direct.close()
-                d, r = statistics.median(t_direct) * 1e3, statistics.median(t_rlx) * 1e3
-                rows.append({"path": name, "bytes": 4 * n, "direct_ms": d, "rlxjax_ms": r,
-                             "ratio": r / d, "repeats": reps})
-                print(f"{name:<9} {_label(4 * n):>8} {d:>10.3f} {r:>10.3f} {r / d:>6.2f}",
-                      flush=True)
+                inplace.close()
+                d, i, r = (statistics.median(t) * 1e3 for t in (t_direct, t_in, t_rlx))
+                rows.append({"path": name, "bytes": 4 * n, "direct_ms": d, "inplace_ms": i,
+                             "rlxjax_ms": r, "ratio": r / d, "ratio_inplace": r / i,
+                             "repeats": reps})
+                print(f"{name:<9} {_label(4 * n):>8} {d:>10.3f} {i:>9.3f} {r:>10.3f} "
+                      f"{r / d:>6.2f} {r / i:>6.2f}", flush=True)
     return rows
 
 

@@ -4,8 +4,9 @@ coreai-core is young (1.0.0b3) and its authoring API builds a graph from a Pytho
 annotations; this module pins the version it was written against, turns the missing package
 into a clear error, and offers what the lowering needs: ``build`` (a program from input and
 output specs and a body), ``save`` (an ``.aimodel`` with rlxjax's metadata as custom
-metadata) and ``executable`` / ``to_runtime`` / ``from_runtime`` (used only by serve.py, in
-a worker process: the runtime kills the process on some bad programs).
+metadata) and ``executable`` / ``to_runtime`` / ``runtime_ndarray`` / ``runtime_buffer`` /
+``runtime_numpy_dtype`` (used only by serve.py and rt_arrays.py, in a worker process: the
+runtime kills the process on some bad programs).
 """
 from __future__ import annotations
 
@@ -240,9 +241,30 @@ def to_runtime(value: np.ndarray):
     return NDArray(np.ascontiguousarray(value))
 
 
-def from_runtime(array) -> np.ndarray:
-    """A numpy view of a runtime array's values (no copy: valid while ``array`` is)."""
-    return array.numpy()
+def runtime_ndarray():
+    """coreai-core's runtime array class (``NDArray(numpy)``, ``NDArray.from_descriptor``)."""
+    from coreai.runtime import NDArray
+
+    return NDArray
+
+
+def runtime_buffer(array) -> memoryview:
+    """The buffer of a runtime array's own memory (coreai-core 1.0.0b3 exports it read-only,
+    format ``B`` with the element's size as item size: rt_arrays.py checks the layout)."""
+    return memoryview(array._tensor)  # noqa: SLF001 - private in coreai-core 1.0.0b3
+
+
+def runtime_numpy_dtype(name: str):
+    """The numpy dtype of a runtime dtype name (None for one numpy has no plain dtype of:
+    the sub-byte types, packed below a byte per element)."""
+    if name in ("int2", "uint2", "int4", "uint4", "float4e2m1fn"):
+        return None
+    from coreai.runtime._ndarray import _RUNTIME_TO_NUMPY_DTYPE
+
+    try:
+        return np.dtype(_RUNTIME_TO_NUMPY_DTYPE.get(name, name))
+    except TypeError:
+        return None
 
 
 # -- control flow: coreai's while / if, private in coreai-core 1.0.0b3 ----------------------

@@ -28,7 +28,7 @@ import signal
 import struct
 import sys
 
-from . import shm
+from . import rt_arrays, shm
 
 
 def read_message(fd: int):
@@ -64,6 +64,7 @@ class Worker:
         from . import ca_private
 
         self.ca, self.model = ca_private, model
+        self.feeds = {}      # function name -> rt_arrays.Inputs
         # named with this process's id: a later worker's files never take these names
         self.inputs, self.out = shm.Mapped(), shm.Arena(prefix, f"out{os.getpid()}")
         self.big = shm.Leases(prefix, f"outbig{os.getpid()}")
@@ -90,7 +91,9 @@ class Worker:
         fn = self.functions.get(name)
         if fn is None:
             fn = self.functions[name] = self.model.load_function(name)
-        args = {k: self.ca.to_runtime(self.inputs.view(p)) for k, p in places.items()}
+            self.feeds[name] = rt_arrays.Inputs(fn)
+        feed = self.feeds[name]
+        args = {k: feed(k, self.inputs.view(p)) for k, p in places.items()}
         if sid is None:
             out = await fn(args)
         else:
@@ -101,9 +104,9 @@ class Worker:
                 self.load_states(sid, dict(acked))  # undo a partial update
                 raise
             for k, v in self.states[sid].items():
-                snap.write(k, self.ca.from_runtime(v), version, acked[k])
+                snap.write(k, rt_arrays.to_host(v), version, acked[k])
             acked.update(dict.fromkeys(acked, version))
-        values = {k: self.ca.from_runtime(v) for k, v in out.items()}
+        values = {k: rt_arrays.to_host(v) for k, v in out.items()}
         places = self.out.put({k: v for k, v in values.items() if v.nbytes < shm.BIG})
         places.update({k: self.big.put(v) for k, v in values.items() if v.nbytes >= shm.BIG})
         return places
