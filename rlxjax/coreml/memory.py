@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Dict
 
-import numpy as np
 from coremltools.proto import MIL_pb2
 
 from .. import memory
@@ -20,6 +19,9 @@ from .mil import function_block
 _BITS = {"FLOAT32": 32, "FLOAT16": 16, "BFLOAT16": 16, "FLOAT64": 64, "INT32": 32,
          "INT64": 64, "INT16": 16, "UINT16": 16, "INT8": 8, "UINT8": 8, "BOOL": 8,
          "INT4": 4, "UINT4": 4, "UINT1": 1, "UINT2": 2, "UINT3": 3, "UINT6": 6}
+#: the same by the enum's number (what the protobuf holds), every other type 32
+_BITS_OF = {MIL_pb2.DataType.Value(k): v for k, v in _BITS.items()
+            if k in MIL_pb2.DataType.keys()}
 
 
 def _bytes(vt, where: str) -> int:
@@ -30,15 +32,14 @@ def _bytes(vt, where: str) -> int:
     if kind != "tensorType":
         return 0
     t = vt.tensorType
-    dims = []
+    count = 1  # a Python int: exact at any size (numpy.prod per value was most of the cost)
     for d in t.dimensions:
         if d.WhichOneof("dimension") != "constant":
             raise DynamicShapeError(
                 f"memory_analysis needs fixed shapes, but {where} has an unknown dimension "
                 "(a flexible input): analyse a program compiled for the sizes you will run")
-        dims.append(int(d.constant.size))
-    dtype = MIL_pb2.DataType.Name(t.dataType)
-    return (int(np.prod(dims, dtype=np.int64)) * _BITS.get(dtype, 32) + 7) // 8
+        count *= int(d.constant.size)
+    return (count * _BITS_OF.get(t.dataType, 32) + 7) // 8
 
 
 #: state-writing MIL op -> its input naming the state

@@ -11,12 +11,13 @@ add's output name (it may be a block output), so no reader needs renaming.
 Done here rather than at lowering because only the whole program tells whether the
 linear's output has other readers (a graph output, a nested block, a backward pass).
 
-Cost: the index (mil_peephole.py) and one walk, O(n + the values read); each fused pair
-O(1) protobuf copies, each dropped op one deletion (protobuf, C).
+Cost: one walk of the op types, O(n) (a program without a ``linear`` stops there); then
+the index (mil_peephole.py) and one walk, O(n + the values read); each fused pair O(1)
+protobuf copies, each dropped op one deletion (protobuf, C).
 """
 from __future__ import annotations
 
-from .mil import top_blocks, walk
+from .mil import operations, top_blocks, walk
 from .mil_peephole import dims as _dims, fresh as _fresh, index as _index, set_name as _set_name
 from .mil_peephole import single_name as _single_name
 
@@ -43,6 +44,8 @@ def _fits(add, lin, const):
 
 
 def _fuse_top_block(top) -> int:
+    if not any(op.type == "linear" for op in operations(top)):
+        return 0  # nothing to fuse: one walk of the op types, without the index
     reads, producer = _index(top)
     fused, dropped = 0, []
     for site in list(walk(top)):

@@ -123,6 +123,10 @@ class Lifetimes:
         # the same as lists, for the loops of ``_hoist``
         self.is_out_l, self.prod_l = self.is_out.tolist(), self.prod.tolist()
         self.size_l = {id(a): a.tolist() for a in self.size.values()}
+        # ``state``'s one bincount: each value's size at its birth and minus it after its
+        # death, for both curves (the second shifted by n + 2)
+        self.weights = np.concatenate([x for k in _KEYS for x in (self.size[k], -self.size[k])])
+        self.has_extra = any(e.any() for e in self.extra.values())
 
     def state(self, order: np.ndarray):
         """(position of each op, first and last position of each value, the two curves,
@@ -137,15 +141,18 @@ class Lifetimes:
         if len(self.flat):
             death[self.read] = np.maximum.reduceat(pos[self.flat], self.offsets)
         death[self.is_out] = n  # outputs stay
-        curves, score = {}, {}
-        for key in _KEYS:
-            s = self.size[key]
-            diff = np.bincount(birth, weights=s, minlength=n + 2) - \
-                np.bincount(death + 1, weights=s, minlength=n + 2)
-            curves[key] = np.cumsum(diff)[:n] + self.extra[key][order]
-        top = {k: c.max() for k, c in curves.items()}
-        at_top = sum(int((c >= top[k]).sum()) for k, c in curves.items())
-        score = (top["all"] + top["temp"], top["all"], at_top)
+        # both curves from one bincount (rows: _KEYS); byte counts are whole numbers below
+        # 2**53, so the float64 sums are exact in any order
+        m = n + 2
+        at = np.concatenate([birth, death + 1, birth + m, death + (m + 1)])
+        c = np.cumsum(np.bincount(at, weights=self.weights, minlength=2 * m)
+                      .reshape(2, m)[:, :n], axis=1)
+        if self.has_extra:
+            c += np.stack([self.extra[k][order] for k in _KEYS])
+        top = c.max(axis=1)
+        at_top = int((c >= top[:, None]).sum())
+        curves = dict(zip(_KEYS, c))
+        score = (top[0] + top[1], top[0], at_top)
         return pos, birth, death, curves, score, []
 
     def score(self, order) -> tuple:

@@ -11,13 +11,14 @@ as the three ops). Applied when ``c`` is a rank-0 const of the tanh's dtype and 
 the tanh's only reader (in the same block); the tanh's slot becomes the ``beta`` const,
 the mul's the fused op, which keeps the mul's output name.
 
-Cost: the index (mil_peephole.py) and one walk, O(n + the values read); O(1) per fusion.
+Cost: one walk of the op types, O(n) (a program without a ``tanh`` stops there); then the
+index (mil_peephole.py) and one walk, O(n + the values read); O(1) per fusion.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .mil import top_blocks, walk
+from .mil import operations, top_blocks, walk
 from .mil_peephole import dims as _dims, fresh as _fresh, index as _index, set_name as _set_name
 from .mil_peephole import single_name as _single_name
 
@@ -38,6 +39,8 @@ def _one_like(const_op):
 
 
 def _fuse_top_block(top) -> int:
+    if not any(op.type == "tanh" for op in operations(top)):
+        return 0  # nothing to fuse: one walk of the op types, without the index
     reads, producer = _index(top)
     fused = 0
     for site in list(walk(top)):
