@@ -38,7 +38,7 @@ from rlxjax.ir.ops import EFFECTS, FAMILIES, LOWERINGS, OPS, IRTypeError
 from rlxjax.ir.schema import Param
 from rlxjax.transforms.vjp.registry import refusal
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "runtime"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "coreml", "interpreter"))
 import test_emitted_ops as emitted  # noqa: E402  (the cross-checked MIL op list)
 
 ALL_OPS = sorted(OPS)
