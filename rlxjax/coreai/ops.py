@@ -6,8 +6,8 @@ ops_shape.py (reductions, shapes, matmul, indexing), ops_nn.py (attention), ops_
 compressed ones decompressed by Core AI ops); ops_base.py has the context, the registry and
 the dispatch (``Ctx.lower_nodes``). Every other op is refused, naming the JAX primitive and
 the user's line. The composite ops Core AI has no rule for (the norms and their backward
-ops, the pool family, the activations, erfc, integer matmul and conv, the linalg family) are decomposed in the
-RLX graph before these rules run (rlxjax/transforms/legalize/, lower.py).
+ops, the pool family, the activations, erfc and the special functions, integer matmul and
+conv, the linalg family) are decomposed in the RLX graph before these rules run (rlxjax/transforms/legalize/, lower.py).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Dict
 
 from . import (control, ops_bitwise, ops_elementwise, ops_nn, ops_conv,  # noqa: F401
                ops_shape, weights)
-from . import dynamic, ops_special2  # noqa: F401
+from . import dynamic  # noqa: F401
 from .ops_base import Ctx
 
 __all__ = ["Ctx", "lower_nodes"]

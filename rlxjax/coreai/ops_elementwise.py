@@ -90,9 +90,11 @@ def _identity(ctx, node, ins):
 
 
 def floor(ctx, x, dt: DType):
-    """floor(x), exact: Core AI's float floor_divide by 1, ±inf kept (it gives NaN)."""
+    """floor(x), exact: Core AI's float floor_divide by 1, ±inf kept (it gives NaN), tested
+    as ``|x| > max finite``: Core AI's compiler folded ``equal(2.0, inf)`` of two constants
+    to true (a constant operand: the special functions' decompositions, legalize/special.py)."""
     f = ctx.ca.broadcasting_floor_divide(x, ctx.scalar(1, dt))
-    inf = ctx.eq(ctx.ca.abs_(x), ctx.scalar(np.inf, dt))
+    inf = ctx.gt(ctx.ca.abs_(x), ctx.scalar(np.finfo(NP[carried(dt)]).max, dt))
     return ctx.where(inf, x, f)
 
 
@@ -273,53 +275,3 @@ def _convert(ctx, node, ins):
     if src in SMALL:
         return ins[0] if dst == DType.i32 else ctx.cast(ins[0], dst)
     return ctx.cast(ins[0], dst)  # float -> int32 truncates and saturates, NaN -> 0, as XLA
-
-
-#: (exponent bits, mantissa bits) of the formats values are computed in (fp16: carried)
-_FORMATS = {DType.f32: (8, 23), DType.f16: (5, 10)}
-
-
-@rule("reduce_precision")
-def _reduce_precision(ctx, node, ins):
-    """XLA's ReducePrecision in fp32 arithmetic, the Core ML lowering's formula
-    (coreml/rules/bitwise.py): Veltkamp's splitting rounds the mantissa to nearest even
-    (values >= 2**100 scaled by 2**-64 first, exact), the source format's subnormals are
-    rounded to the reduced format's step with Core AI's ``round``, then overflow to ±inf and the flush below the reduced
-    format's smallest normal; NaN kept. Bit for bit against XLA on every fp16 value and on
-    fp32's edge binades (tests/coreai_format/test_coreai_fp16.py)."""
-    x, src = ins[0], _t(node).dtype
-    e_bits, m_bits = node.params["exponent_bits"], node.params["mantissa_bits"]
-    src_e, src_m = _FORMATS[src]
-    if e_bits >= src_e and m_bits >= src_m:
-        return x
-    if m_bits == 0:
-        raise unsupported(node, "mantissa_bits=0 (XLA breaks those ties by the parity of "
-                                "the exponent, which fp32 arithmetic cannot see)")
-    f = lambda v: ctx.scalar(v, DType.f32)  # noqa: E731
-    ge = lambda a, b: ctx.or_(ctx.gt(a, b), ctx.eq(a, b))  # noqa: E731
-    ax, r = ctx.ca.abs_(x), x
-    if m_bits < src_m:
-        big = ge(ax, f(2.0 ** 100))
-        xs = ctx.where(big, ctx.mul(x, f(2.0 ** -64)), x)
-        c = ctx.mul(xs, f(2.0 ** (23 - m_bits) + 1))
-        hi = ctx.sub(c, ctx.sub(c, xs))
-        hi = ctx.where(big, ctx.mul(hi, f(2.0 ** 64)), hi)
-        bias = (1 << (src_e - 1)) - 1
-        mn, q = 2.0 ** (1 - bias), 2.0 ** (1 - bias - m_bits)
-        # to a multiple of q, ties to even: round(|x| / q) · q, both scalings exact (Core
-        # AI's compiler folds Core ML's (|x| + C) - C into |x|: measured)
-        # (1/q up to 2**149: two factors, each product exact, k·q a float; the first
-        # factor a runtime value, else Core AI's compiler multiplies the two: inf)
-        p100 = ctx.where(ctx.isnan(x), f(1.0), f(2.0 ** 100))
-        k = ctx.ca.round_(ctx.mul(ctx.mul(ax, p100), f(2.0 ** -100 / q)))
-        mag = ctx.div(ctx.mul(k, f(q * 2.0 ** 100)), p100)
-        signed = ctx.where(ctx.lt(x, f(0)), ctx.mul(mag, f(-1)), mag)
-        tiny = ctx.where(ctx.eq(mag, f(0)), ctx.mul(x, f(0)), signed)
-        r = ctx.where(ctx.lt(ax, f(mn)), tiny, hi)
-        r = ctx.where(ctx.eq(ax, f(np.inf)), x, r)
-    if e_bits < src_e:
-        rb = (1 << (e_bits - 1)) - 1  # the reduced format's largest exponent
-        ar = ctx.ca.abs_(r)
-        r = ctx.where(ge(ar, f(2.0 ** (rb + 1))), ctx.mul(x, f(np.inf)), r)
-        r = ctx.where(ctx.lt(ar, f(2.0 ** (1 - rb))), ctx.mul(x, f(0)), r)
-    return ctx.where(ctx.isnan(x), x, r)  # NaN stays NaN

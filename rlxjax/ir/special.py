@@ -57,7 +57,7 @@ ERFC_LO, ERFC_HI = 0.009070294784580499, 0.1111111111111111
 
 
 # -- the coefficient tables both formats' lowerings evaluate (coreml/rules/special/,
-# coreai/ops_special2.py)
+# transforms/legalize/special.py)
 # erf_inv: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), single
 # precision: erfinv(x) = x·p(w), w = -log((1 - x)(1 + x)), p a polynomial in w - 2.5 for
 # w < 5 and in sqrt(w) - 3 beyond (highest degree first).

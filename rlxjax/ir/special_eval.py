@@ -1,6 +1,7 @@
 """The special functions' compositions, written against an elementwise float arithmetic
 ``f`` (the Core ML lowering's ``Fx``, coreml/rules/special/compose.py, or the Core AI
-lowering's, coreai/ops_fx.py: the same method names), so both formats evaluate one copy.
+legalize stage's on RLX values, transforms/legalize/special_fx.py, for Core AI: the same
+method names), so both formats evaluate one copy.
 No format is imported here.
 
 * ``atan2``, ``cbrt``, ``nextafter`` (exact float arithmetic, no bitcast), ``erf_inv``

@@ -1,7 +1,7 @@
 """The regularized incomplete gamma functions igamma = P(a, x), igammac = Q(a, x),
 igamma_grad_a = dP/da, and the regularized incomplete beta function betainc(a, b, x), in
 fp32, written against a format's ``Fx`` (coreml/rules/special/compose.py or
-coreai/ops_fx.py, as ir/special_eval.py): one copy for both formats. No format is imported.
+transforms/legalize/special_fx.py, as ir/special_eval.py): one copy for both formats. No format is imported.
 
 They follow the algorithms JAX itself runs (jax/_src/lax/special.py, after XLA's
 math.cc), so that results and edge cases agree with JAX: the power series of P for

@@ -1,5 +1,5 @@
 """The linalg family, integer dot_general / conv and the special functions on Core AI
-(rlxjax/transforms/legalize/linalg*.py, ops_int.py, ops_special2.py): compiled with format="aimodel",
+(rlxjax/transforms/legalize/linalg*.py, ops_int.py, legalize/special.py): compiled with format="aimodel",
 run on Apple's Core AI runtime and compared with float64 (JAX with x64) within XLA's own
 fp32 error plus a measured margin, integer ops bit for bit with jax.jit, the special
 functions in ulps of float64 (the measured worst, rounded up: docs/coreai.md).
@@ -103,7 +103,7 @@ _SPECIAL = {
     "zeta": (lax.zeta, scipy_special.zeta, 2.0),
     "polygamma": (lax.polygamma, lambda m, x: scipy_special.polygamma(m.astype(int), x), 4.0),
     # digamma's derivative: polygamma(1, x) with a constant order (zeta(2, x): Core AI's
-    # compiler once folded equal(2.0, inf) of constants to true, coreai/ops_fx.py)
+    # compiler once folded equal(2.0, inf) of constants to true, legalize/special_fx.py)
     "digamma_grad": (jax.vmap(jax.grad(lax.digamma)),
                      lambda x: scipy_special.polygamma(1, x), 2.5),
 }

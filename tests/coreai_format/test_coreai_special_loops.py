@@ -1,5 +1,5 @@
 """igamma, igammac, igamma_grad_a and betainc on Core AI (rlxjax/ir/special_incomplete.py,
-registered by rlxjax/coreai/ops_special2.py): compiled with format="aimodel", run on
+decomposed by rlxjax/transforms/legalize/special.py): compiled with format="aimodel", run on
 Apple's Core AI runtime, against float64 (scipy.special; mpmath for igamma_grad_a) in
 tools/math_accuracy.py's error measure (docs/numerics.md), held to the worst error measured
 on the full grids (docs/coreai.md) rounded up; JAX's edge values (NaN, 0, 1, ±inf) exactly;

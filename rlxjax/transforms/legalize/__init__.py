@@ -18,7 +18,7 @@ from typing import Callable, Dict
 from ...ir import Graph, Node, verify
 from ...ir.builder import Builder
 from ...ir.ops import OPS
-from . import activation, int_linear, norm, pool, special  # noqa: F401  (register them)
+from . import activation, int_linear, norm, pool, reduce_precision, special  # noqa: F401
 from . import linalg, linalg_qr, linalg_svd, linalg_tri  # noqa: F401  (register them)
 from .policy import decompose
 

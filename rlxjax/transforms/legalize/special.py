@@ -1,4 +1,7 @@
-"""``erfc`` decomposed (MIL and Core AI have ``erf`` only, and ``1 - erf(x)`` loses every
+"""Special functions decomposed: ``erfc`` below, and the compositions of ir/special_eval.py /
+ir/special_incomplete.py on special_fx.py's ``Fx`` (the end of this module).
+
+``erfc`` decomposed (MIL and Core AI have ``erf`` only, and ``1 - erf(x)`` loses every
 digit of small results: erfc(4) = 1.5e-8 is below erf's rounding), to float32 accuracy:
 
 * |x| < 1: ``1 - erf(x)`` (erfc >= 0.157 there);
@@ -15,9 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import JAX_NAMES, UnsupportedPrimitiveError
+from ...ir import DType, special_eval, special_incomplete
 from ...ir.ops import register_impl
 from ...ir.special import ERFC_A, ERFC_B, ERFC_HI, ERFC_LO
 from .policy import round_once
+from .special_fx import Fx
 
 
 def _horner(b, coeffs, u):
@@ -53,3 +59,44 @@ def erfc(b, x):
 @round_once
 def _erfc(b, node, ins):
     return [erfc(b, ins[0])]
+
+
+def _in_fp32(fn, f16: bool, loops: bool = False):
+    """The decomposition computing ``fn`` on ``Fx`` in fp32, its operands at the result's
+    shape (widened by ``x + -0.0`` at that shape, not broadcast: Core AI's where misbehaved
+    on operands that broadcast along different dims). ``f16``: fp16 values too, as XLA
+    computes them, in fp32 rounded once (a format carrying fp16 in fp32 converts for free).
+    ``loops``: the operands at least 1-D (the while loops of ir/special_incomplete.py run
+    on rank 0 as [1])."""
+    def decompose(b, node, ins):
+        t = node.outputs[0].type
+        if t.dtype != DType.f32 and not (f16 and t.dtype == DType.f16):
+            raise UnsupportedPrimitiveError(JAX_NAMES.get(node.op, node.op), node.source,
+                                            f"{node.op} of {t.dtype} is not decomposed yet")
+        ins = [v if v.type.dtype == DType.f32 else b.add("convert", v, dtype=DType.f32)
+               for v in ins]
+        shape = tuple(t.shape) or ((1,) if loops else ())
+        if loops:
+            ins = [v if v.type.shape else b.reshape(v, (1,) * len(shape)) for v in ins]
+        ins = [v if tuple(v.type.shape) == shape else
+               b.add("add", v, b.constant(np.full(shape, -0.0, np.float32))) for v in ins]
+        out = b.reshape(fn(Fx(b), *ins), t.shape)
+        return [out if t.dtype == DType.f32 else b.add("convert", out, dtype=t.dtype)]
+
+    return decompose
+
+
+# fp16: jax.jit gives exactly round(f(fp32(x))) for these on every finite fp16 (measured,
+# 2026-12-02), but not for nextafter, which steps by one fp16 ulp: its fp16 stays refused
+for _op, _fn, _f16 in (
+        ("atan2", special_eval.atan2, True), ("cbrt", special_eval.cbrt, True),
+        ("nextafter", special_eval.nextafter, False), ("erf_inv", special_eval.erf_inv, True),
+        ("bessel_i0e", special_eval.i0e, True), ("bessel_i1e", special_eval.i1e, True),
+        ("lgamma", special_eval.lgamma, True), ("digamma", special_eval.digamma, True),
+        ("zeta", special_eval.zeta, False), ("polygamma", special_eval.polygamma, False)):
+    register_impl("decompose", _op)(_in_fp32(_fn, _f16))
+
+for _op, _fn in (("igamma", special_incomplete.igamma), ("igammac", special_incomplete.igammac),
+                 ("igamma_grad_a", special_incomplete.igamma_grad_a),
+                 ("betainc", special_incomplete.betainc)):
+    register_impl("decompose", _op)(_in_fp32(_fn, True, loops=True))
