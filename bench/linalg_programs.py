@@ -2,9 +2,9 @@
 
 For each linalg primitive (and what JAX builds on lu), the Core ML program (MIL, run on
 the reference interpreter) and the Core AI program (run on Apple's Linux runtime in this
-process): the non-const op count, the ops per loop iteration (the non-const ops inside
-``while`` bodies and conditions, every loop of the program summed: what one step of the
-factorization executes), and the median call time. Run::
+process): the non-const op count, the ops per loop iteration (the non-const ops of the
+innermost ``while`` bodies and conditions, every such loop of the program summed: what one
+step of the factorization executes; svd: one round of a sweep), and the median call time. Run::
 
     PYTHONPATH=$PWD python bench/linalg_programs.py [--before OTHER_CHECKOUT] [repeats]
 
@@ -83,28 +83,30 @@ FORMATS = ("mlpackage", "aimodel")
 
 # -- op counts ------------------------------------------------------------------------------
 def _mil_counts(compiled):
-    rows = [r for r in compiled.cost_analysis()["ops"] if r["type"] != "const"]
-    return len(rows), sum(r["depth"] > 0 for r in rows)
+    depths = [r["depth"] for r in compiled.cost_analysis()["ops"] if r["type"] != "const"]
+    deepest = max(depths)
+    return len(depths), sum(d == deepest for d in depths) if deepest else 0
 
 
 _AI_OP = re.compile(r"= coreai\.([a-z_0-9.]+)")
 
 
 def _coreai_counts(compiled):
-    """(non-const ops, those inside while regions) from the program's MLIR text: the
-    nesting is read off the braces (a line's attribute braces are balanced)."""
-    depth, while_depths, total, inside = 0, [], 0, 0
+    """(non-const ops, those in the innermost while regions) from the program's MLIR
+    text: the nesting is read off the braces (a line's attribute braces are balanced)."""
+    depth, while_depths, total, inside = 0, [], 0, []
     for line in compiled.as_text().splitlines():
         m = _AI_OP.search(line)
         if m and m.group(1) != "constant":
             total += 1
-            inside += bool(while_depths)
+            inside.append(len(while_depths))
         if m and m.group(1) == "while":
             while_depths.append(depth)
         depth += line.count("{") - line.count("}")
         while while_depths and depth <= while_depths[-1]:
             while_depths.pop()
-    return total, inside
+    deepest = max(inside, default=0)
+    return total, sum(d == deepest for d in inside) if deepest else 0
 
 
 # -- calls ----------------------------------------------------------------------------------
