@@ -55,7 +55,7 @@ def _reduce(ctx, node, ins):
     if kind in ("max", "min") and t.dtype.is_float:  # Core AI skips NaN; JAX propagates it
         nan = ctx.reduce("max", ctx.cast(ctx.isnan(x), DType.i32), axes)
         r = ctx.where(ctx.ne(nan, ctx.scalar(0, DType.i32)), ctx.scalar(np.nan, t.dtype), r)
-    return ctx.reshape(r, out_t.shape)
+    return r if node.params.get("keep_dims") else ctx.reshape(r, out_t.shape)
 
 
 @rule("argmax", "argmin")
@@ -72,7 +72,8 @@ def _arg(ctx, node, ins):
         hit = ctx.where(any_nan, nan, hit)
     n = t.shape[axis]
     idx = ctx.where(hit, ctx.iota(n, axis, t.rank), ctx.scalar(n, DType.i32))
-    return ctx.reduce("min", idx, [axis], node.outputs[0].type.shape)
+    return ctx.reduce("min", idx, [axis],
+                      None if node.params.get("keep_dims") else node.outputs[0].type.shape)
 
 
 @rule("reshape")

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .schema import (ARRAY, DIMS, DTYPE, INT, INT_TRIPLES, INTS, INTS_PAIR, Param, compile_schema,
+from .schema import (ARRAY, BOOL, DIMS, DTYPE, INT, INT_TRIPLES, INTS, INTS_PAIR, Param, compile_schema,
                      one_of)
 from .types import DType, Dyn, TensorType, dtype_from_numpy
 
@@ -316,28 +316,39 @@ def _axes_ok(t: TensorType, axes) -> None:
              f"bad axes {axes} for {t}")
 
 
+#: a reduction's reduced axes kept (size 1) - set by the decompositions of
+#: transforms/legalize/ (after differentiation: no VJP rule reads it), so that a format
+#: whose reductions keep dims (MIL's keep_dims, Core AI's) needs no reshape back
+KEEP_DIMS = Param(BOOL, required=False, doc="the reduced axes kept, of size 1")
+
+
+def _reduced(t: TensorType, axes, keep) -> TensorType:
+    return t.with_shape(1 if i in axes else d for i, d in enumerate(t.shape)
+                        if keep or i not in axes)
+
+
 for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
 
-    @defop(_n, "reduction", 1, params={"axes": Param(INTS)})
+    @defop(_n, "reduction", 1, params={"axes": Param(INTS), "keep_dims": KEEP_DIMS})
     def _reduce(ts, p, _n=_n):
         (t,) = ts
         axes = p["axes"]
         _axes_ok(t, axes)
         if not (t.dtype != DType.bool):
             raise IRTypeError(f"{_n} needs numeric input, got {t}")
-        return [t.with_shape(d for i, d in enumerate(t.shape) if i not in axes)]
+        return [_reduced(t, axes, p.get("keep_dims", False))]
 
 
 for _n in ("argmax", "argmin"):
 
-    @defop(_n, "reduction", 1, params={"axis": Param(INT), "index_dtype": Param(DTYPE)},
-           differentiable=False)
+    @defop(_n, "reduction", 1, params={"axis": Param(INT), "index_dtype": Param(DTYPE),
+                                       "keep_dims": KEEP_DIMS}, differentiable=False)
     def _arg(ts, p, _n=_n):
         (t,) = ts
         _axes_ok(t, (p["axis"],))
         _require(p["index_dtype"] == DType.i32, f"{_n} index dtype must be i32")
         _require(t.dtype != DType.bool, f"{_n} needs numeric input, got {t}")
-        return [TensorType(tuple(d for i, d in enumerate(t.shape) if i != p["axis"]), DType.i32)]
+        return [_reduced(t, (p["axis"],), p.get("keep_dims", False)).with_dtype(DType.i32)]
 
 
 # -- shape ---------------------------------------------------------------------------

@@ -15,11 +15,11 @@ for _name, _fn in _REDUCE.items():
     def _reduce(p, x, _fn=_fn):
         axes = tuple(p["axes"])
         if not axes:
-            return x
+            return x  # (keep_dims changes nothing either)
         if _fn in (np.max, np.min) and any(x.shape[a] == 0 for a in axes):
             return None  # the identity of max/min over nothing is JAX's -inf/+inf
         kw = {"dtype": x.dtype} if _fn in (np.sum, np.prod) else {}
-        return np.asarray(_fn(x, axis=axes, **kw))
+        return np.asarray(_fn(x, axis=axes, keepdims=p.get("keep_dims", False), **kw))
 
 
 def _arg_fold(fn):
@@ -28,7 +28,8 @@ def _arg_fold(fn):
             return None
         # numpy and JAX both return the first index among equal extrema, NaN counting as
         # the extremum in both
-        return np.asarray(fn(x, axis=p["axis"]), dtype=np.int32)
+        return np.asarray(fn(x, axis=p["axis"], keepdims=p.get("keep_dims", False)),
+                          dtype=np.int32)
 
     return impl
 

@@ -10,8 +10,8 @@ rules, as JAX's primitives on XLA:CPU call it.
 - ``triangular_solve``: forward (lower) or backward (upper) substitution on the effective
   left-side system; ``x op(a) = b`` is solved as ``op(a)ᵀ xᵀ = bᵀ``.
 - ``lu``: right-looking Gaussian elimination with partial pivoting (the first row of
-  largest magnitude, a NaN never larger and a NaN at row j kept, as LAPACK's ``isamax``
-  scanning from row j), multipliers scaled by the reciprocal of the pivot unless it is
+  largest magnitude, as LAPACK's ``isamax``; a NaN: the first NaN, see ``first_max_row``),
+  multipliers scaled by the reciprocal of the pivot unless it is
   tiny, and no scaling for a zero pivot, as ``getrf``.
 QR, SVD and the tridiagonal solve: linalg_qr.py, linalg_svd.py, linalg_tri.py.
 """
@@ -35,7 +35,7 @@ def _cholesky(b, node, ins):
     e, (a,) = E(b), ins
     t = a.type
     n, batch = t.shape[-1], tuple(t.shape[:-2])
-    rows, cols = iota(n, -2), iota(n, -1)
+    rows, cols = iota(n, -2, t.rank), iota(n, -1, t.rank)
 
     def step(e, j, consts, L, ok):
         (a,) = consts
@@ -44,7 +44,7 @@ def _cholesky(b, node, ins):
         pivot = e.take(v, -2, j)                             # v[j]
         d = e("sqrt", pivot)
         col = e.sel(e("eq", rows, j), d, e("div", v, d))
-        col = e.sel(e("ge", rows, j), col, 0.0)
+        col = e.sel(e("lt", rows, j), 0.0, col)
         L = e.sel(e("eq", cols, j), col, L)
         bad = e("le", pivot, 0.0)  # a NaN pivot is not caught, as in potrf
         return L, e("and", ok, e("not", bad))
@@ -60,7 +60,7 @@ def substitute(b, m, rhs, lower: bool, unit: bool, diag=None):
     diagonal are zero (the diagonal is ``diag`` [..., n, 1], or ones when ``unit``)."""
     e = E(b)
     n = m.shape[-1]
-    rows = iota(n, -2)
+    rows = iota(n, -2, m.type.rank)
 
     def step(e, t, consts, x):
         m, rhs = consts[:2]
@@ -83,8 +83,8 @@ def _triangular_solve(b, node, ins):
     strict = e.sel(tri_mask(e, n, p["lower"], -1 if p["lower"] else 1), a, 0.0)
     diag = None
     if not p["unit_diagonal"]:
-        diag = e.sum_keep(e.sel(tri_mask(e, n, True, 0), e.sel(tri_mask(e, n, False, 0),
-                                                                  a, 0.0), 0.0), -1)
+        on_diag = e("eq", e.lift(iota(n, -1)), e.lift(iota(n, -2)))
+        diag = e.sum_keep(e.sel(on_diag, a, 0.0), -1)
     # The left-side system op'(a) x' = b' that the call amounts to.
     flip = p["transpose_a"] != (not p["left_side"])
     m = e.swap_last(strict) if flip else strict
@@ -94,17 +94,14 @@ def _triangular_solve(b, node, ins):
 
 
 def first_max_row(e, mag, j, m: int):
-    """The first row (per batch element, [..., 1, 1] int32) of largest ``mag`` [..., m, 1]
-    from row ``j`` on, as LAPACK's ``isamax`` scans: a NaN is never larger, and a NaN at
-    row j (the scan's start) is kept."""
-    rows = iota(m, -2)
-    valid = e("ge", rows, j)
-    finite = e.sel(e("and", valid, e("eq", mag, mag)), mag, -1.0)
-    top = e.reduce_keep("reduce_max", finite, -2)
-    hit = e("and", valid, e("eq", finite, top))
-    idx = e.reduce_keep("reduce_min", e.sel(hit, rows, np.int32(m)), -2)
-    at_j = e.take(mag, -2, j)
-    return e.sel(e("or", e("ne", at_j, at_j), e("eq", idx, np.int32(m))), j, idx)
+    """The pivot row (per batch element, [..., 1, 1] int32) of ``mag`` [..., m, 1] from row
+    ``j`` on: the first NaN, else the first of largest magnitude (``argmax``'s rule; the
+    rows above j read as -1, below every magnitude). JAX's pivot where the column holds a
+    NaN is whatever OpenBLAS's vectorised ``isamax`` kernel finds (measured: [1, NaN, 4]
+    pivots at row 0, [1, 4, NaN, 5] at row 2, the NaN), not a rule to follow: the factors are NaN
+    either way."""
+    key = e.sel(e("lt", iota(m, -2, mag.type.rank), j), -1.0, mag)
+    return e.reduce_keep("argmax", key, -2)
 
 
 @register_impl("decompose", "lu")
@@ -113,7 +110,7 @@ def _lu(b, node, ins):
     t = a.type
     m, n = t.shape[-2:]
     k, batch = min(m, n), tuple(t.shape[:-2])
-    rows, cols, steps = iota(m, -2), iota(n, -1), iota(k, -1)
+    rows, cols, steps = (iota(d, ax, t.rank) for d, ax in ((m, -2), (n, -1), (k, -1)))
     tiny = float(np.finfo(t.dtype.np).tiny)
 
     def swap(e, x, j, piv, is_j, is_p):

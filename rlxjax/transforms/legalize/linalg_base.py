@@ -60,14 +60,15 @@ class E:
 
     def sum_keep(self, x, axis: int):
         """The sum along ``axis`` (negative), the axis kept (size 1)."""
-        r = x.type.rank
-        shape = tuple(1 if k == r + axis else d for k, d in enumerate(x.shape))
-        return self.b.reshape(self.b.add("reduce_sum", x, axes=(r + axis,)), shape)
+        return self.reduce_keep("reduce_sum", x, axis)
 
     def reduce_keep(self, op: str, x, axis: int):
-        r = x.type.rank
-        shape = tuple(1 if k == r + axis else d for k, d in enumerate(x.shape))
-        return self.b.reshape(self.b.add(op, x, axes=(r + axis,)), shape)
+        """``op`` (a reduction, or argmax / argmin) along ``axis`` (negative), the axis
+        kept (the op's ``keep_dims``: no reshape back)."""
+        ax = x.type.rank + axis
+        if op in ("argmax", "argmin"):
+            return self.b.add(op, x, axis=ax, index_dtype=DType.i32, keep_dims=True)
+        return self.b.add(op, x, axes=(ax,), keep_dims=True)
 
     def mm(self, x, y, transpose_y: bool = False, transpose_x: bool = False):
         """The matrix product over the trailing two dims (the leading ones a batch); with

@@ -18,7 +18,7 @@ from .linalg_base import E, iota, loop
 def _reflector(e, x, j, m: int):
     """The unit-leading Householder vector of column ``x`` [..., m, 1] at row ``j``
     (``larfg``) -> (v with v[j] = 1 and zeros above, tau, the new x[j])."""
-    rows = iota(m, -2)
+    rows = iota(m, -2, x.type.rank)
     tail = e.sel(e("gt", rows, j), x, 0.0)
     alpha = e.take(x, -2, j)
     ss = e.sum_keep(e("mul", tail, tail), -2)
@@ -44,7 +44,7 @@ def _qr(b, node, ins):
     e, (a,) = E(b), ins
     m, n = a.shape[-2:]
     k, batch = min(m, n), tuple(a.shape[:-2])
-    rows, cols, steps = iota(m, -2), iota(n, -1), iota(k, -1)
+    rows, cols, steps = (iota(d, ax, a.type.rank) for d, ax in ((m, -2), (n, -1), (k, -1)))
     dt = a.type.dtype.np
 
     def factor(e, j, consts, x, taus):

@@ -67,8 +67,7 @@ def _round(e, w, v, off, P, Pinv, tol: float):
         q2 = e("add", e("mul", s, p), e("mul", c, q))
         return e.mm(e.b.add("concatenate", p2, q2, axis=p.type.rank - 1), Pinv)
 
-    worst = e.b.add("reduce_max", ratio, axes=tuple(range(ratio.type.rank)))
-    return turn(wp, wq), turn(vp, vq), e("max", off, worst)
+    return turn(wp, wq), turn(vp, vq), e("max", off, ratio)  # off: per pair, this sweep
 
 
 def _sort_descending(e, sigma, w, v):
@@ -108,7 +107,10 @@ def _svd(b, node, ins):
         return _round(e, w, v, off, pick(consts[0]), pick(consts[1]), tol)
 
     def sweep(e, s, consts, w, v, off):
-        return loop(e.b, n2 - 1, consts, [w, v, e.lift(np.zeros((), dt))], round_)
+        # the largest ratio of the sweep, reduced once a sweep, not once a round
+        off0 = e.lift(np.zeros(batch + (1, n2 // 2), dt))
+        w, v, off = loop(e.b, n2 - 1, consts, [w, v, off0], round_)
+        return w, v, e.b.add("reduce_max", off, axes=tuple(range(off.type.rank)))
 
     # sweeps while the last one rotated a pair, at most MAX_SWEEPS
     w, v, off = loop(b, MAX_SWEEPS, [P, Pinv], [w, v0, e.lift(np.asarray(np.inf, dt))], sweep,

@@ -18,7 +18,7 @@ def _tridiagonal_solve(b, node, ins):
     t = ins[3].type
     n, k, batch = t.shape[-2], t.shape[-1], tuple(t.shape[:-2])
     dt = t.dtype.np
-    rows = iota(n, -2)
+    rows = iota(n, -2, t.rank)
     dl, d, du = (b.reshape(v, batch + (n, 1)) for v in ins[:3])
     rhs = ins[3]
     du = e.sel(e("lt", rows, np.int32(n - 1)), du, 0.0)  # du[n-1] unused
@@ -53,19 +53,17 @@ def _tridiagonal_solve(b, node, ins):
     u0, y = put(e, u0, n - 1, cur_d), put(e, y, n - 1, cur_b)
     ok = e("and", ok, e("ne", cur_d, 0.0))
 
-    # x[i+1], x[i+2] read back from x, kept with two rows of zeros past the end (a loop
-    # yielding one carry into another's slot came back wrong on Core AI, measured)
-    ext = iota(n + 2, -2)
-
-    def back(e, s, consts, x):
+    # x[i+1] and x[i+2] carried: the one passed on is a new value (x[i+1] + -0.0, exact),
+    # not the loop's own argument yielded into another slot (that came back wrong on
+    # Core AI, measured)
+    def back(e, s, consts, x, x1, x2):
         u0, u1, u2, y = consts
         i = e("sub", np.int32(n - 1), s)
-        x1, x2 = e.take(x, -2, e("add", i, 1)), e.take(x, -2, e("add", i, 2))
         r = e("sub", e.take(y, -2, i), e("mul", e.take(u1, -2, i), x1))
         r = e("sub", r, e("mul", e.take(u2, -2, i), x2))
-        return (e.sel(e("eq", ext, i), e("div", r, e.take(u0, -2, i)), x),)
+        xi = e("div", r, e.take(u0, -2, i))
+        return put(e, x, i, xi), xi, e("add", x1, -0.0)
 
-    x0 = e.lift(np.zeros(batch + (n + 2, k), dt))
-    (x,) = loop(b, n, [u0, u1, u2, y], [x0], back)
-    x = b.add("slice", x, start=(0,) * t.rank, limit=tuple(t.shape), strides=(1,) * t.rank)
+    zrow = e.lift(np.zeros(batch + (1, k), dt))
+    x, _, _ = loop(b, n, [u0, u1, u2, y], [e.zeros(t), zrow, zrow], back)
     return [e.sel(ok, x, np.nan)]
