@@ -66,8 +66,31 @@ def pytest_runtest_protocol(item, nextitem):
     yield
 
 
+def _sampled_functions():
+    path = os.path.join(os.path.dirname(__file__), "sampled_in_default_run.txt")
+    with open(path) as f:
+        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
+def _sample_parametrized(config, items):
+    """The default run samples the parametrized tests tests/sampled_in_default_run.txt
+    lists: every other case of each (the 1st, 3rd, ...) runs, the others are marked slow
+    (``python -m pytest -m slow`` runs them). Positions count in collection order, which
+    is the same in every xdist worker."""
+    sampled, seen = _sampled_functions(), {}
+    for item in items:
+        function, bracket, _ = item.nodeid.partition("[")
+        if bracket and function in sampled:
+            seen[function] = seen.get(function, -1) + 1
+            if seen[function] % 2:
+                item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m 'not slow' deselects
 def pytest_collection_modifyitems(config, items):
     from rlxjax.coreml.backends import is_macos
+
+    _sample_parametrized(config, items)
 
     skip = pytest.mark.skip(reason="needs Core ML's runtime (macOS only)")
     for item in items:
