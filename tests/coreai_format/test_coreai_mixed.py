@@ -128,6 +128,8 @@ def gelu_mlp(w1, b1, w2, x):
 U16 = 2.0 ** -11  # fp16's unit roundoff
 
 
+# ~6.5 s; the mixed-precision step test beside it stays in the default run
+@pytest.mark.slow
 def test_fp16_programs_compute_in_fp16_within_the_measured_error():
     """precision="fp16" (coreml_jit's whole-program switch): the fp32 values as Core AI fp16.
     Against fp32 JAX, whose own error (~1e-7) is negligible here. Measured (batch 3 / 8 / 64,

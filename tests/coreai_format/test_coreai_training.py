@@ -142,6 +142,8 @@ def test_a_compressed_frozen_base_decompresses_exactly_on_core_ai(scheme):
             "palettize4": "lut_to_dense", "palettize8": "lut_to_dense"}[scheme] in ops
 
 
+# ~9 s; random inputs on Core AI stay in the default run (tests/models/test_keras_hub.py's top-p on Core AI)
+@pytest.mark.slow
 def test_dropout_with_random_inputs_trains_as_jax_on_the_same_keys():
     """random="inputs": JAX draws the dropout masks on the host from the key in the batch;
     the Core AI program computes with them (Core AI has no random ops)."""

@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import rlxjax
 from helpers import FP32_TOL, assert_tree_close
@@ -76,6 +77,8 @@ def test_flax_cnn_classifier():
     _check(lambda p, x, y: xent(model.apply(p, x), y), params, x, y)
 
 
+# ~10 s; transformer training stays in the default run (tests/training/test_train_step.py, tests/ir/test_ir_text.py)
+@pytest.mark.slow
 def test_flax_transformer_lm():
     rng = np.random.default_rng(1)
     model = TinyLM()

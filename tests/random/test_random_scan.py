@@ -86,6 +86,8 @@ def _rnn():
     return params, loss, x, y
 
 
+# ~6.5 s; keys carried through scans stay in the default run (the hypothesis test above)
+@pytest.mark.slow
 def test_dropout_inside_an_nn_rnn_cell_value_and_gradient():
     params, loss, x, y = _rnn()
     key = jax.random.key(4)

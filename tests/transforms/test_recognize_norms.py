@@ -377,6 +377,8 @@ def test_linen_group_norm_hypothesis(n, spatial, groups, per_group, eps, fast, s
            expect=lambda f: sum(f.values()) == 1 and set(f) <= {"group_norm", "layer_norm"})
 
 
+# ~7 s: a whole flax CNN; the group-norm patterns' own tests stay in the default run
+@pytest.mark.slow
 def test_flax_cnn_groupnorms_are_all_recognised():
     """Issue 3's done-when: a flax CNN with GroupNorm compiles with every norm recognised."""
     from models import CNN
