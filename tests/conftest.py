@@ -74,7 +74,7 @@ def _sampled_functions():
 
 def _sample_parametrized(config, items):
     """The default run samples the parametrized tests tests/sampled_in_default_run.txt
-    lists: every other case of each (the 1st, 3rd, ...) runs, the others are marked slow
+    lists: every third case of each (the 1st, 4th, ...) runs, the others are marked slow
     (``python -m pytest -m slow`` runs them). Positions count in collection order, which
     is the same in every xdist worker."""
     sampled, seen = _sampled_functions(), {}
@@ -82,7 +82,7 @@ def _sample_parametrized(config, items):
         function, bracket, _ = item.nodeid.partition("[")
         if bracket and function in sampled:
             seen[function] = seen.get(function, -1) + 1
-            if seen[function] % 2:
+            if seen[function] % 3:
                 item.add_marker(pytest.mark.slow)
 
 
