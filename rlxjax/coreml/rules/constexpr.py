@@ -1,7 +1,7 @@
 """Lowering: frozen weights (RLX ``weight``), plain or compressed with Core ML's constexpr ops.
 
 A weight with scheme ``"none"`` is a constant. A compressed one is one ``constexpr_*`` op
-on its payload (rlxjax/coreml/compress.py), decompressed by Core ML when the model loads:
+on its payload (rlxjax/compression/schemes.py), decompressed by Core ML when the model loads:
 
 * iOS16 / iOS17: ``constexpr_cast`` (fp16), ``constexpr_affine_dequantize`` (int8, per
   channel), ``constexpr_lut_to_dense`` (palettize: bit-packed uint8 indices, one LUT);
@@ -55,7 +55,7 @@ def _decompress(b, p, scheme, ios18):
             payload = data if scheme == "int8" else (data, "int4")
             return b.constexpr("constexpr_blockwise_shift_scale", f32,
                                {"data": payload, "scale": scale}, False)
-        axis = value.ndim - 1  # per channel on the last axis (compress.py)
+        axis = value.ndim - 1  # per channel on the last axis (compression/schemes.py)
         return b.constexpr("constexpr_affine_dequantize", f32, {
             "quantized_data": data,
             "zero_point": np.int8(0),
