@@ -123,6 +123,25 @@ def jax_loop(loss, opt, params, batch, steps):
     return p, losses
 
 
+def jax_steps(loss, opt, params, batches):
+    """The reference training loop over a list of batches (passed as arguments, so their
+    shapes may change from step to step): one jitted JAX + optax step per batch; returns the
+    final params and the loss of every step."""
+    import optax
+
+    @jax.jit
+    def step(p, s, *batch):
+        v, g = jax.value_and_grad(loss)(p, *batch)
+        u, s = opt.update(g, s, p)
+        return optax.apply_updates(p, u), s, v
+
+    p, s, losses = params, opt.init(params), []
+    for batch in batches:
+        p, s, v = step(p, s, *batch)
+        losses.append(float(v))
+    return p, losses
+
+
 def jax_masked_loop(full, flags, loss_fn, optimizer, steps, batches):
     """JAX + optax on the leaves of ``full`` where ``flags`` (one per leaf) is True, the
     others fixed at their values in ``full`` (the reference of a ``trainable=`` step):

@@ -15,6 +15,8 @@ from rlxjax.errors import ArgumentError, DynamicShapeError
 pytest.importorskip("coreai.authoring", reason="format='aimodel' needs coreai-core (rlxjax[coreai])")
 optax = pytest.importorskip("optax")
 
+from helpers import jax_steps  # noqa: E402
+
 rng = np.random.default_rng(3)
 
 
@@ -101,25 +103,11 @@ def test_gradient_with_a_flexible_batch():
         _close(g(P, x, y), jax.grad(loss)(P, x, y), rtol=1e-5, atol=1e-6)
 
 
-def _jax_steps(opt, batches):
-    @jax.jit
-    def step(p, s, x, y):
-        v, gr = jax.value_and_grad(loss)(p, x, y)
-        u, s = opt.update(gr, s, p)
-        return optax.apply_updates(p, u), s, v
-
-    p, s, out = P, opt.init(P), []
-    for x, y in batches:
-        p, s, v = step(p, s, x, y)
-        out.append(float(v))
-    return p, out
-
-
 def test_train_steps_with_a_flexible_batch_in_io_and_state_mode(tmp_path):
     opt = optax.adam(1e-2)
     sizes = [4, 16]
     batches = [(_f32(n, 6, scale=1.0), _f32(n, 2, scale=1.0)) for n in sizes] * 10
-    want_p, want = _jax_steps(opt, batches)
+    want_p, want = jax_steps(loss, opt, P, batches)
     got = {}
     for mode in ("io", "mlstate"):
         step = rlxjax.coreml_train_step(loss, opt, format="aimodel", state=mode,

@@ -17,6 +17,8 @@ from rlxjax.errors import ArgumentError, UnsupportedPrimitiveError
 pytest.importorskip("coreai.authoring", reason="format='aimodel' needs coreai-core (rlxjax[coreai])")
 optax = pytest.importorskip("optax")
 
+from helpers import jax_steps  # noqa: E402
+
 rng = np.random.default_rng(5)
 
 
@@ -143,17 +145,7 @@ def test_gradient_with_a_batch_range():
 def test_train_steps_with_a_batch_range(mode):
     opt = optax.adam(1e-2)
     batches = [(_f32(n, 6, scale=1.0), _f32(n, 2, scale=1.0)) for n in (1, 9, 64, 5)] * 3
-
-    @jax.jit
-    def jax_step(p, s, x, y):
-        v, gr = jax.value_and_grad(loss)(p, x, y)
-        u, s = opt.update(gr, s, p)
-        return optax.apply_updates(p, u), s, v
-
-    p, s, want = P, opt.init(P), []
-    for x, y in batches:
-        p, s, v = jax_step(p, s, x, y)
-        want.append(float(v))
+    p, want = jax_steps(loss, opt, P, batches)
     step = rlxjax.coreml_train_step(loss, opt, format="aimodel", state=mode, flexible=BATCH)
     state, got = step.init(P, *batches[0]), []
     for x, y in batches:  # 12 adam steps, the batch size changing every step
